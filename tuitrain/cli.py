@@ -1,0 +1,163 @@
+"""Command line: parse arguments, pick the UI or headless mode, map outcomes to exit codes.
+
+Imports torch and Textual lazily so `tuitrain --help` and `--list-presets` stay instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tuitrain import __version__
+from tuitrain.config import DEFAULT_PRESET, Config, describe_presets, load_preset
+from tuitrain.errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, UserError
+
+if TYPE_CHECKING:
+    from tuitrain.engine.control import Control
+
+EXIT_CODES_HELP = """exit codes:
+  0    completed            1    training failed (NaN loss, out of memory, a bug)
+  2    usage, preset or data error
+  130  stopped by SIGINT (Ctrl-C)    143  stopped by SIGTERM
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="tuitrain",
+        description="A terminal training monitor that hosts a real PyTorch run.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"tuitrain {__version__}")
+    p.add_argument("--preset", default=DEFAULT_PRESET, help="preset name or path to a .toml file")
+    p.add_argument("--list-presets", action="store_true", help="list presets and exit")
+    p.add_argument("--no-ui", action="store_true", help="headless: line logs on stdout")
+    p.add_argument("--set", dest="overrides", action="append", default=[],
+                   metavar="SECTION.KEY=VALUE", help="override any preset field (repeatable)")  # fmt: skip
+    p.add_argument("--max-steps", type=int, help="stop after N optimizer steps in total")
+    p.add_argument("--epochs", type=int, help="epochs to train")
+    p.add_argument("--run-dir", help="run directory (default runs/<preset>-<timestamp>)")
+    p.add_argument("--data-dir", help="folder with Fashion-MNIST's IDX files")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"])
+    p.add_argument("--precision", choices=["auto", "fp32", "fp16", "bf16"])
+    p.add_argument("--compile", dest="compile", action=argparse.BooleanOptionalAction,
+                   default=None, help="torch.compile the model (default: on for CUDA)")  # fmt: skip
+    p.add_argument("--log-every", type=int, help="optimizer steps between log points")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--profile-steps", type=int, help="profile N steps with torch.profiler")
+    return p
+
+
+def flag_overrides(args: argparse.Namespace) -> list[str]:
+    """Translate the dedicated flags into `section.key=value` overrides (after --set)."""
+    pairs: list[tuple[str, Any]] = [
+        ("train.max_steps", args.max_steps),
+        ("train.epochs", args.epochs),
+        ("train.device", args.device),
+        ("train.precision", args.precision),
+        ("train.log_every", args.log_every),
+        ("train.seed", args.seed),
+        ("train.profile_steps", args.profile_steps),
+        ("run.run_dir", args.run_dir),
+        ("data.data_dir", args.data_dir),
+        ("train.compile", None if args.compile is None else ("on" if args.compile else "off")),
+    ]
+    out = []
+    for key, value in pairs:
+        if value is None:
+            continue
+        literal = str(value)
+        if isinstance(value, str):
+            literal = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        out.append(f"{key}={literal}")
+    return out
+
+
+def list_presets() -> int:
+    rows = describe_presets()
+    width = max((len(name) for name, _ in rows), default=0)
+    for name, desc in rows:
+        default = " (default)" if name == DEFAULT_PRESET else ""
+        print(f"{name:<{width}}  {desc}{default}")
+    return 0
+
+
+def has_tty() -> bool:
+    return sys.stdin.isatty() and sys.stderr.isatty() and sys.stdout.isatty()
+
+
+def install_signal_handlers(control: Control) -> None:
+    """SIGINT/SIGTERM: finish the current step, write the end, exit 130/143."""
+
+    def on_signal(signum: int, _frame: object) -> None:
+        name, code = (
+            ("SIGINT", EXIT_SIGINT) if signum == signal.SIGINT else ("SIGTERM", EXIT_SIGTERM)
+        )
+        if control.stop_requested:  # a second Ctrl-C: leave now
+            raise SystemExit(code)
+        print(f"tuitrain: {name} received, stopping after the current step", file=sys.stderr)
+        control.request_stop(f"stopped by {name}", exit_code=code)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+
+def run_headless(cfg: Config) -> int:
+    from tuitrain.engine.control import Control
+    from tuitrain.engine.rundir import prepare_run_dir, write_resolved_config
+    from tuitrain.engine.trainer import run
+    from tuitrain.metrics.sinks import ConsoleSink, FanOutSink, JsonlSink
+
+    run_dir = prepare_run_dir(cfg)
+    write_resolved_config(run_dir, cfg)
+    control = Control()
+    install_signal_handlers(control)
+    with open(run_dir / "train.log", "a", encoding="utf-8") as log:
+        sink = FanOutSink(
+            JsonlSink(run_dir / "metrics.jsonl"), ConsoleSink(), ConsoleSink(log, log)
+        )
+        print(f"tuitrain {__version__}: preset {cfg.name}, run dir {run_dir}", flush=True)
+        result = run(cfg, sink, control, run_dir=run_dir)
+        if result.traceback:
+            log.write(result.traceback)
+            print(result.traceback, file=sys.stderr)
+        sink.close()
+    return result.exit_code
+
+
+def run_ui(cfg: Config) -> int:
+    try:
+        from tuitrain.ui.app import run_app
+    except ImportError as exc:  # the UI is optional at import time; headless always works
+        print(f"tuitrain: the UI cannot start ({exc}); running headless.", file=sys.stderr)
+        return run_headless(cfg)
+    return run_app(cfg)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    if args.list_presets:
+        return list_presets()
+    try:
+        cfg = load_preset(args.preset, args.overrides + flag_overrides(args))
+        if args.no_ui:
+            return run_headless(cfg)
+        if not has_tty():
+            print("tuitrain: no terminal (stdin/stdout/stderr not a TTY): running headless; "
+                  "pass --no-ui to silence this line.", file=sys.stderr)  # fmt: skip
+            return run_headless(cfg)
+        return run_ui(cfg)
+    except UserError as exc:
+        print(f"tuitrain: error: {exc}", file=sys.stderr)
+        return exc.exit_code

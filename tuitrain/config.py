@@ -1,0 +1,326 @@
+"""Typed preset schema: one dataclass per TOML table, checked on load.
+
+A preset is a TOML file with the tables below. Loading goes TOML -> raw dict -> `--set`
+overrides -> typed dataclasses, and every step reports errors users can cause as a
+`ConfigError` naming the key path and, where it can, the nearest valid key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import tomllib
+
+from tuitrain.errors import UserError
+
+DEFAULT_PRESET = "fashion-mini"
+
+
+class ConfigError(UserError):
+    """A preset or override that cannot be used as given."""
+
+
+def _f(default: Any, doc: str, **rules: Any) -> Any:
+    """A field with its documentation and range rules (min, max, gt) in metadata."""
+    return field(default=default, metadata={"doc": doc, **rules})
+
+
+@dataclass(kw_only=True, slots=True)
+class PresetInfo:
+    description: str = _f("", "One line shown by --list-presets and the preset picker.")
+
+
+@dataclass(kw_only=True, slots=True)
+class ModelConfig:
+    name: str = _f(
+        "fashion_cnn",
+        "fashion_cnn | resnet18 | mlp, or a user factory 'package.module:function' "
+        "called as factory(num_classes=N) -> nn.Module.",
+    )
+    dropout: float = _f(0.5, "Dropout before the classifier (fashion_cnn, mlp).", min=0.0, max=0.99)
+    channels_last: bool = _f(False, "Use the channels_last memory format (helps convs on GPU).")
+
+
+@dataclass(kw_only=True, slots=True)
+class DataConfig:
+    name: str = _f(
+        "fashion_mnist",
+        "fashion_mnist | fashion_mini (shipped subset) | synthetic, or a user factory "
+        "'package.module:function' called as factory(split='train'|'val') -> Dataset.",
+    )
+    loader: Literal["device", "dataloader"] = _f(
+        "device",
+        "device: the whole set as uint8 on the device, batches by indexing; "
+        "dataloader: torch DataLoader (used for user datasets).",
+    )
+    batch_size: int = _f(256, "Samples per optimizer micro-step on each rank.", min=1, max=1 << 20)
+    eval_batch_size: int = _f(1024, "Samples per evaluation batch.", min=1, max=1 << 20)
+    num_classes: int = _f(10, "Number of classes; labels must lie in [0, num_classes).", min=2)
+    num_workers: int = _f(2, "DataLoader worker processes (dataloader path).", min=0, max=256)
+    pin_memory: bool = _f(True, "Pin host memory so non_blocking copies overlap (CUDA only).")
+    persistent_workers: bool = _f(True, "Keep DataLoader workers alive between epochs.")
+    prefetch_factor: int = _f(2, "Batches each worker prepares ahead.", min=1, max=64)
+    data_dir: str = _f("", "Where Fashion-MNIST's IDX files are; empty = the lookup order.")
+    image_size: int = _f(224, "Synthetic images are channels x image_size x image_size.", min=8)
+    channels: int = _f(3, "Channels of synthetic images.", min=1, max=64)
+    train_samples: int = _f(0, "Use only the first N training samples (0 = all).", min=0)
+    val_samples: int = _f(0, "Use only the first N validation samples (0 = all).", min=0)
+
+
+@dataclass(kw_only=True, slots=True)
+class OptimConfig:
+    name: Literal["adamw", "sgd"] = _f("adamw", "Optimizer.")
+    lr: float = _f(2e-3, "Peak learning rate.", gt=0.0, max=10.0)
+    weight_decay: float = _f(1e-4, "Decoupled weight decay (AdamW) or L2 (SGD).", min=0.0, max=1.0)
+    momentum: float = _f(0.9, "SGD momentum.", min=0.0, max=1.0)
+    schedule: Literal["cosine", "constant"] = _f("cosine", "Learning-rate schedule after warmup.")
+    warmup_steps: int = _f(0, "Linear warmup steps.", min=0)
+    min_lr_ratio: float = _f(0.0, "Cosine floor as a fraction of lr.", min=0.0, max=1.0)
+    grad_clip: float = _f(0.0, "Clip the global grad norm to this value (0 = off).", min=0.0)
+    grad_accum: int = _f(1, "Micro-batches accumulated per optimizer step.", min=1, max=4096)
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainConfig:
+    epochs: int = _f(1, "Epochs to train.", min=1, max=100_000)
+    max_steps: int = _f(0, "Stop after this many optimizer steps in total (0 = no limit).", min=0)
+    device: Literal["auto", "cpu", "cuda", "mps"] = _f("auto", "auto = cuda, then mps, then cpu.")
+    precision: Literal["auto", "fp32", "fp16", "bf16"] = _f(
+        "auto", "auto = bf16 where supported, else fp16 on CUDA, else fp32."
+    )
+    compile: Literal["auto", "on", "off"] = _f("auto", "torch.compile: auto = on for CUDA only.")
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = _f(
+        "default", "torch.compile mode."
+    )
+    tf32: bool = _f(True, "Allow TF32 matmuls and convolutions on Ampere and newer.")
+    seed: int = _f(0, "Seed for weights, dropout and batch order.", min=0)
+    log_every: int = _f(20, "Optimizer steps between log points (the only host syncs).", min=1)
+    profile_steps: int = _f(0, "Profile this many steps with torch.profiler (0 = off).", min=0)
+    eval_every_epoch: bool = _f(True, "Evaluate at the end of each epoch.")
+
+
+@dataclass(kw_only=True, slots=True)
+class RunConfig:
+    run_dir: str = _f("", "Run directory; empty = runs/<preset>-<timestamp>.")
+
+
+@dataclass(kw_only=True, slots=True)
+class DistributedConfig:
+    timeout_s: float = _f(300.0, "Process-group timeout: a dead rank ends the job after it.", gt=0)
+
+
+@dataclass(kw_only=True, slots=True)
+class Config:
+    preset: PresetInfo = field(default_factory=PresetInfo)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    name: str = "custom"  # the preset's name (file stem); not a TOML key
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out.pop("name")
+        return out
+
+
+SECTIONS: dict[str, type] = {
+    f.name: typing.get_type_hints(Config)[f.name]
+    for f in dataclasses.fields(Config)
+    if f.name != "name"
+}
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(path: str, value: Any, tp: Any) -> Any:
+    """Check one value against its annotated type; ints are accepted for floats."""
+    if typing.get_origin(tp) is Literal:
+        choices = typing.get_args(tp)
+        if isinstance(value, bool) and "on" in choices:
+            value = "on" if value else "off"
+        if value not in choices:
+            raise ConfigError(
+                f"{path} = {value!r} is not valid; choose one of {', '.join(map(repr, choices))}."
+            )
+        return value
+    if isinstance(tp, types.UnionType):  # not used today; keep errors explicit if added
+        raise TypeError(f"unsupported annotation for {path}")
+    ok = {
+        bool: isinstance(value, bool),
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, (int, float)) and not isinstance(value, bool),
+        str: isinstance(value, str),
+    }[tp]
+    if not ok:
+        raise ConfigError(
+            f"{path} must be {_type_name(tp)}, not {type(value).__name__} ({value!r})."
+        )
+    return float(value) if tp is float else value
+
+
+def _check_range(path: str, value: Any, meta: typing.Mapping[str, Any]) -> None:
+    if "min" in meta and value < meta["min"]:
+        raise ConfigError(f"{path} = {value!r} is out of range; it must be >= {meta['min']}.")
+    if "gt" in meta and value <= meta["gt"]:
+        raise ConfigError(f"{path} = {value!r} is out of range; it must be > {meta['gt']}.")
+    if "max" in meta and value > meta["max"]:
+        raise ConfigError(f"{path} = {value!r} is out of range; it must be <= {meta['max']}.")
+
+
+def _unknown(path: str, key: str, valid: list[str]) -> ConfigError:
+    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    hint = f"; did you mean '{path}{near[0]}'?" if near else f"; valid keys: {', '.join(valid)}."
+    return ConfigError(f"unknown key '{path}{key}'{hint}")
+
+
+def _build_section(name: str, cls: type, raw: Any) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"'{name}' must be a table ([{name}]), not {type(raw).__name__}.")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in fields:
+            raise _unknown(f"{name}.", key, list(fields))
+        path = f"{name}.{key}"
+        value = _coerce(path, value, hints[key])
+        _check_range(path, value, fields[key].metadata)
+        values[key] = value
+    return cls(**values)
+
+
+def config_from_dict(raw: dict[str, Any], name: str = "custom") -> Config:
+    """Typed config from a raw (TOML-shaped) dict; raises ConfigError on any bad key or value."""
+    sections: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in SECTIONS:
+            raise _unknown("", key, list(SECTIONS))
+        sections[key] = _build_section(key, SECTIONS[key], value)
+    cfg = Config(**sections, name=name)
+    _check_cross_fields(cfg)
+    return cfg
+
+
+def _check_cross_fields(cfg: Config) -> None:
+    if cfg.data.name == "synthetic" and cfg.data.loader != "device":
+        raise ConfigError("data.loader must be 'device' for data.name = 'synthetic'.")
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`section.key=value` -> (["section", "key"], value); the value is read as TOML."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r} must look like section.key=value (e.g. optim.lr=3e-3).")
+    dotted, _, literal = text.partition("=")
+    keys = [k.strip() for k in dotted.strip().split(".")]
+    if len(keys) != 2 or not all(keys):
+        raise ConfigError(f"--set {text!r}: the key must be section.key (e.g. train.epochs).")
+    try:
+        value = tomllib.loads(f"v = {literal.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = literal.strip()  # a bare word such as bf16 or cuda
+    return keys, value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    for text in overrides:
+        (section, key), value = parse_override(text)
+        out.setdefault(section, {})
+        if isinstance(out[section], dict):
+            out[section][key] = value
+    return out
+
+
+# --------------------------------------------------------------------------- preset files
+
+
+def shipped_presets_dir() -> Path:
+    """Presets inside the wheel (tuitrain/presets) or, from a source tree, the repo's presets/."""
+    here = Path(__file__).resolve().parent
+    inside = here / "presets"
+    return inside if inside.is_dir() else here.parent / "presets"
+
+
+def user_presets_dir() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "tuitrain" / "presets"
+
+
+def available_presets() -> dict[str, Path]:
+    """Preset name -> file; user presets shadow shipped ones of the same name."""
+    found: dict[str, Path] = {}
+    for folder in (shipped_presets_dir(), user_presets_dir()):
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.toml")):
+                found[path.stem] = path
+    return found
+
+
+def resolve_preset(name_or_path: str) -> Path:
+    path = Path(name_or_path).expanduser()
+    if name_or_path.endswith(".toml") or os.sep in name_or_path:
+        if not path.is_file():
+            raise ConfigError(f"preset file {name_or_path} does not exist; check the path.")
+        return path
+    presets = available_presets()
+    if name_or_path in presets:
+        return presets[name_or_path]
+    near = difflib.get_close_matches(name_or_path, list(presets), n=1)
+    hint = f" Did you mean '{near[0]}'?" if near else ""
+    raise ConfigError(
+        f"unknown preset '{name_or_path}'; available: {', '.join(presets)}.{hint}"
+        " (A path to a .toml file also works.)"
+    )
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read preset {path}: {exc.strerror}.") from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}.") from exc
+
+
+def load_preset(name_or_path: str = DEFAULT_PRESET, overrides: list[str] | None = None) -> Config:
+    """Find a preset by name or path, apply `section.key=value` overrides, validate."""
+    path = resolve_preset(name_or_path)
+    raw = apply_overrides(read_toml(path), overrides or [])
+    try:
+        return config_from_dict(raw, name=path.stem)
+    except ConfigError as exc:
+        raise ConfigError(f"{path.name}: {exc}") from None
+
+
+def describe_presets() -> list[tuple[str, str]]:
+    """(name, one-line description) of every preset found, for --list-presets and the picker."""
+    out = []
+    for name, path in available_presets().items():
+        try:
+            desc = str(read_toml(path).get("preset", {}).get("description", ""))
+        except ConfigError as exc:
+            desc = f"(unreadable: {exc})"
+        out.append((name, desc))
+    return out

@@ -1,0 +1,78 @@
+"""The thread-safe control object: the only way the UI (or a signal) steers a running engine.
+
+The trainer polls it at step boundaries; nothing here touches torch.
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+class Control:
+    """Stop, pause/resume, checkpoint-now and profile requests, polled between steps."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._running = threading.Event()  # set = not paused
+        self._running.set()
+        self._lock = threading.Lock()
+        self.stop_reason = ""
+        self.exit_code: int | None = None  # set by signal handlers (130, 143)
+        self._checkpoint = False
+        self._profile_steps = 0
+        self.state = "idle"  # set by the engine: starting, compiling, running, paused, ...
+
+    # -- requests (any thread) ---------------------------------------------------------
+    def request_stop(self, reason: str = "stopped by user", exit_code: int | None = None) -> None:
+        with self._lock:
+            if not self._stop.is_set():
+                self.stop_reason = reason
+                self.exit_code = exit_code
+        self._stop.set()
+        self._running.set()  # a paused engine must wake up to stop
+
+    def pause(self) -> None:
+        if not self._stop.is_set():
+            self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def toggle_pause(self) -> bool:
+        """Pause if running, resume if paused; returns True when now paused."""
+        if self.paused:
+            self.resume()
+        else:
+            self.pause()
+        return self.paused
+
+    def request_checkpoint(self) -> None:
+        with self._lock:
+            self._checkpoint = True
+
+    def request_profile(self, steps: int) -> None:
+        with self._lock:
+            self._profile_steps = steps
+
+    # -- polled by the engine --------------------------------------------------------------
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    def wait_while_paused(self, poll_s: float = 0.1) -> None:
+        while not self._running.wait(poll_s):
+            pass
+
+    def take_checkpoint_request(self) -> bool:
+        with self._lock:
+            wanted, self._checkpoint = self._checkpoint, False
+        return wanted
+
+    def take_profile_request(self) -> int:
+        with self._lock:
+            steps, self._profile_steps = self._profile_steps, 0
+        return steps

@@ -1,0 +1,106 @@
+"""Interval metrics between two log points, measured without host syncs in between.
+
+The running loss stays on the device; the clock is read after the sync at each log point,
+so samples/s is true device throughput, not the launch rate. Time that is not training
+(compile, evaluation, pause) is excluded by restarting the interval.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+
+from tuitrain.engine.device import synchronize
+from tuitrain.engine.precision import Precision
+from tuitrain.engine.telemetry import Telemetry
+
+WARN_DATA_WAIT = 0.10
+INPUT_BOUND_DATA_WAIT = 0.20
+SCALE_FLOOR = 1.0  # an fp16 scale below this means gradients overflow again and again
+
+
+class IntervalMeter:
+    """Accumulates one log interval; `record()` syncs once and returns a `train` record."""
+
+    def __init__(self, device: torch.device, precision: Precision, world_size: int = 1) -> None:
+        self.device = device
+        self.precision = precision
+        self.world_size = world_size
+        self.telemetry = Telemetry(device)
+        self.skipped_steps = 0
+        self._skipped_dev = torch.zeros((), device=device, dtype=torch.int64)
+        self._last_scale: float | None = None
+        self.restart()
+
+    def restart(self) -> None:
+        """Begin a new interval now (after a sync, compile, eval or pause)."""
+        self._loss_sum = torch.zeros((), device=self.device, dtype=torch.float32)
+        self._micro_batches = 0
+        self.samples = 0
+        self.steps = 0
+        self.data_wait_s = 0.0
+        self.grad_norm: torch.Tensor | None = None
+        self._t0 = time.perf_counter()
+
+    def add_micro(self, loss: torch.Tensor, batch_size: int) -> None:
+        self._loss_sum += loss.detach().float()  # device add: no sync
+        self._micro_batches += 1
+        self.samples += batch_size
+
+    def note_scale_before_step(self) -> torch.Tensor | None:
+        scale = self.precision.scale_tensor()
+        return None if scale is None else scale.clone()
+
+    def note_scale_after_step(self, before: torch.Tensor | None) -> None:
+        """A scale decrease means the scaler skipped the optimizer step (inf/NaN grads)."""
+        after = self.precision.scale_tensor()
+        if before is not None and after is not None:
+            self._skipped_dev += (after < before).to(torch.int64)  # stays on the device
+
+    def record(self, step: int, epoch: float, samples_total: int, lr: float) -> dict[str, Any]:
+        synchronize(self.device)  # sync point: the one per log interval
+        wall = max(time.perf_counter() - self._t0, 1e-9)
+        loss = (self._loss_sum / max(self._micro_batches, 1)).item()  # sync point (already synced)
+        scale_tensor = self.precision.scale_tensor()
+        grad_scale = float(scale_tensor.item()) if scale_tensor is not None else None
+        self.skipped_steps = int(self._skipped_dev.item())
+        self._last_scale = grad_scale
+        record: dict[str, Any] = {
+            "type": "train",
+            "step": step,
+            "epoch": round(epoch, 4),
+            "samples": samples_total,
+            "loss": loss if math.isfinite(loss) else None,
+            "lr": lr,
+            "samples_per_s": self.samples * self.world_size / wall,
+            "step_time_s": wall / max(self.steps, 1),
+            "data_wait_s": self.data_wait_s,
+            "data_wait_frac": min(self.data_wait_s / wall, 1.0),
+            **self.telemetry.read(),
+            "grad_scale": grad_scale,
+            "skipped_steps": self.skipped_steps if self.precision.scaler is not None else None,
+            "grad_norm": float(self.grad_norm.item()) if self.grad_norm is not None else None,
+        }
+        self.last_loss = loss
+        self.restart()
+        return record
+
+
+def data_wait_verdict(frac: float | None) -> tuple[str, str]:
+    """(verdict, hint) for a data-wait share: ok, warning above 10%, input-bound above 20%."""
+    if frac is None:
+        return "unknown", ""
+    if frac > INPUT_BOUND_DATA_WAIT:
+        return "input-bound", (
+            "the loop waits for data: use data.loader='device' when the set fits on the device, "
+            "else raise data.num_workers and keep data.pin_memory=true"
+        )
+    if frac > WARN_DATA_WAIT:
+        return (
+            "warning",
+            "data loading is visible: raise data.num_workers or use data.loader='device'",
+        )
+    return "ok", ""

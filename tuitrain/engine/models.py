@@ -1,0 +1,88 @@
+"""Model registry: the seeds' Fashion-MNIST CNN and MLP, torchvision's ResNet-18, user factories."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from tuitrain.engine.factory import load_factory
+from tuitrain.errors import UserError
+
+
+class FashionCNN(nn.Module):
+    """The tutorials' CNN: two conv blocks (32, 64 channels), a 256-unit layer, dropout."""
+
+    def __init__(self, num_classes: int = 10, dropout: float = 0.5, in_channels: int = 1) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        )  # fmt: skip
+        self.classifier = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(64 * 7 * 7, 256), nn.ReLU(), nn.Dropout(dropout),
+            nn.Linear(256, num_classes),
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+class MLP(nn.Module):
+    """The tutorials' first model: 784 -> 256 -> 128 -> classes."""
+
+    def __init__(self, num_classes: int = 10, dropout: float = 0.2, in_features: int = 784) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(in_features, 256), nn.ReLU(), nn.Dropout(dropout),
+            nn.Linear(256, 128), nn.ReLU(),
+            nn.Linear(128, num_classes),
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def _fashion_cnn(num_classes: int, dropout: float, shape: tuple[int, ...]) -> nn.Module:
+    if tuple(shape[1:]) != (28, 28):
+        raise UserError(f"model fashion_cnn needs 28x28 inputs, the data gives {shape}.")
+    return FashionCNN(num_classes, dropout, in_channels=shape[0])
+
+
+def _mlp(num_classes: int, dropout: float, shape: tuple[int, ...]) -> nn.Module:
+    return MLP(num_classes, dropout, in_features=int(torch.tensor(shape).prod()))
+
+
+def _resnet18(num_classes: int, dropout: float, shape: tuple[int, ...]) -> nn.Module:
+    from torchvision.models import resnet18
+
+    model = resnet18(weights=None, num_classes=num_classes)
+    if shape[0] != 3:
+        model.conv1 = nn.Conv2d(shape[0], 64, 7, 2, 3, bias=False)
+    return model
+
+
+MODELS: dict[str, Callable[[int, float, tuple[int, ...]], nn.Module]] = {
+    "fashion_cnn": _fashion_cnn,
+    "mlp": _mlp,
+    "resnet18": _resnet18,
+}
+
+
+def build_model(name: str, num_classes: int, dropout: float, shape: tuple[int, ...]) -> nn.Module:
+    """A registered model by name, or a user factory 'package.module:function'(num_classes=N)."""
+    if name in MODELS:
+        return MODELS[name](num_classes, dropout, shape)
+    if ":" not in name:
+        raise UserError(
+            f"unknown model '{name}'; use one of {', '.join(MODELS)} "
+            "or a factory 'package.module:function'."
+        )
+    factory = load_factory(name, "model.name")
+    model = factory(num_classes=num_classes)
+    if not isinstance(model, nn.Module):
+        raise UserError(f"model factory {name} returned {type(model).__name__}, not an nn.Module.")
+    return model

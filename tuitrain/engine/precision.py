@@ -1,0 +1,104 @@
+"""Precision modes as small classes with no-op defaults (Lightning Fabric's shape).
+
+fp32: nothing. bf16: autocast, no scaler (bf16 has fp32's exponent range). fp16: autocast
+plus a GradScaler that scales the loss so small gradients survive, unscales before clipping,
+skips steps whose gradients overflowed and adapts its scale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import ContextManager
+
+import torch
+
+from tuitrain.engine.device import bf16_supported
+from tuitrain.errors import UserError
+
+
+class Precision:
+    """fp32: every hook is a no-op."""
+
+    name = "fp32"
+    dtype: torch.dtype | None = None
+    scaler: torch.amp.GradScaler | None = None
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def autocast(self) -> ContextManager[object]:
+        return contextlib.nullcontext()
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        pass
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.step()
+
+    def scale_tensor(self) -> torch.Tensor | None:
+        """The scaler's scale as a device tensor (read it on the host only at log points)."""
+        return None
+
+
+class BF16Precision(Precision):
+    name = "bf16"
+    dtype = torch.bfloat16
+
+    def autocast(self) -> ContextManager[object]:
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+
+
+class FP16Precision(Precision):
+    name = "fp16"
+    dtype = torch.float16
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
+        self.scaler = torch.amp.GradScaler(device.type)
+        self._unscaled = False
+
+    def autocast(self) -> ContextManager[object]:
+        return torch.autocast(device_type=self.device.type, dtype=torch.float16)
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        return self.scaler.scale(loss)
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        self.scaler.unscale_(optimizer)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        # scaler.step skips optimizer.step() when the gradients hold inf/NaN; update() then
+        # halves the scale (or grows it after enough clean steps).
+        self.scaler.step(optimizer)
+        self.scaler.update()
+
+    def scale_tensor(self) -> torch.Tensor | None:
+        return self.scaler._scale  # device tensor: reading it is deferred to log points
+
+
+def resolve_precision(name: str, device: torch.device) -> str:
+    """auto = bf16 where supported, else fp16 on CUDA, else fp32."""
+    if name == "auto":
+        if bf16_supported(device):
+            return "bf16"
+        return "fp16" if device.type == "cuda" else "fp32"
+    if name == "bf16" and device.type == "cuda" and not bf16_supported(device):
+        raise UserError(
+            f"--precision bf16 is not supported on {torch.cuda.get_device_name(device)} "
+            "(needs Ampere or newer); use --precision fp16."
+        )
+    return name
+
+
+PRECISIONS: dict[str, type[Precision]] = {
+    "fp32": Precision,
+    "bf16": BF16Precision,
+    "fp16": FP16Precision,
+}
+
+
+def make_precision(name: str, device: torch.device) -> Precision:
+    return PRECISIONS[resolve_precision(name, device)](device)

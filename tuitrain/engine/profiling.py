@@ -1,0 +1,61 @@
+"""torch.profiler over the next N steps; the top-15 table by device time goes to the run dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from tuitrain.metrics.sinks import Sink
+
+TOP_ROWS = 15
+
+
+class StepProfiler:
+    """Starts on request (never on the first, compiling step) and stops after N steps."""
+
+    def __init__(self, device: torch.device, run_dir: Path | None) -> None:
+        self.device = device
+        self.run_dir = run_dir
+        self.pending = 0
+        self.remaining = 0
+        self._prof: Any = None
+
+    def request(self, steps: int) -> None:
+        self.pending = max(self.pending, steps)
+
+    def maybe_start(self, steps: int | None, step: int) -> None:
+        if steps:
+            self.request(steps)
+        if self.pending and self._prof is None and step >= 1:
+            activities = [ProfilerActivity.CPU]
+            if self.device.type == "cuda":
+                activities.append(ProfilerActivity.CUDA)
+            self._prof = profile(activities=activities, record_shapes=False)
+            self._prof.__enter__()
+            self.remaining, self.pending = self.pending, 0
+            self.first_step = step + 1
+
+    def after_step(self, sink: Sink) -> None:
+        if self._prof is None:
+            return
+        self.remaining -= 1
+        if self.remaining > 0:
+            return
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # sync point: the profile must see all kernels
+        self._prof.__exit__(None, None, None)
+        sort_by = "self_cuda_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
+        table = self._prof.key_averages().table(sort_by=sort_by, row_limit=TOP_ROWS)
+        self._prof = None
+        where = ""
+        if self.run_dir is not None:
+            path = self.run_dir / f"profile-step{self.first_step}.txt"
+            path.write_text(table + "\n", encoding="utf-8")
+            where = f", table in {path}"
+        sort_name = "device" if self.device.type == "cuda" else "CPU"
+        sink.write({"type": "event", "level": "info", "kind": "profile",
+                    "message": f"profiled steps from {self.first_step} (top {TOP_ROWS} by "
+                               f"self {sort_name} time{where})", "table": table})  # fmt: skip

@@ -1,0 +1,175 @@
+"""Human-readable, one-line renderings of records, shared by the console sink and the UI.
+
+Pure functions, no I/O: each takes a record mapping (see the record contract) and
+returns a string. Fields that are missing or None are left out of the line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "DASH",
+    "format_end_line",
+    "format_eval_line",
+    "format_event_line",
+    "format_header_line",
+    "format_number",
+    "format_record",
+    "format_train_line",
+    "human_bytes",
+    "is_error_record",
+]
+
+DASH = "—"
+_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
+
+Record = Mapping[str, Any]
+
+
+def human_bytes(n: float | None) -> str:
+    """``1288490188`` -> ``"1.20 GiB"``, ``851443712`` -> ``"812 MiB"``, None -> ``"—"``."""
+    if n is None or (isinstance(n, float) and not math.isfinite(n)):
+        return DASH
+    value = float(n)
+    if abs(value) < 1024:
+        return f"{int(value)} B"
+    i = 0
+    value /= 1024
+    while abs(value) >= 1024 and i < len(_UNITS) - 1:
+        value /= 1024
+        i += 1
+    unit = _UNITS[i]
+    if unit in ("KiB", "MiB"):
+        return f"{value:.0f} {unit}"
+    return f"{value:.2f} {unit}"
+
+
+def format_number(value: Any, digits: int = 2) -> str:
+    """Integral values without decimals (``1.0`` -> ``"1"``), others with ``digits``."""
+    if value is None:
+        return DASH
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if not math.isfinite(value):
+        return str(value)
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.{digits}f}"
+
+
+def _onoff(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return DASH if value is None else str(value)
+
+
+def format_header_line(rec: Record) -> str:
+    """``tuitrain 0.1.0 | preset mnist | device cuda (NVIDIA H200) | precision bf16 | ...``."""
+    device = str(rec.get("device") or DASH)
+    name = rec.get("device_name")
+    if name and name != device:
+        device = f"{device} ({name})"
+    parts = [f"tuitrain {rec['tuitrain']}" if rec.get("tuitrain") else "tuitrain"]
+    parts.append(f"preset {rec.get('preset') or DASH}")
+    parts.append(f"device {device}")
+    parts.append(f"precision {rec.get('precision') or DASH}")
+    parts.append(f"compile {_onoff(rec.get('compile'))}")
+    parts.append(f"world_size {rec.get('world_size') if rec.get('world_size') is not None else 1}")
+    if rec.get("torch"):
+        parts.append(f"torch {rec['torch']}")
+    return " | ".join(parts)
+
+
+def format_train_line(rec: Record) -> str:
+    """``step   120 | epoch 0.51 | loss 0.5123 | lr 1.00e-03 | 12,345 samples/s | ...``.
+
+    Memory shows CUDA allocated (and peak) memory, or host RSS when the CUDA fields
+    are None; the loss scale is shown only when ``grad_scale`` is not None.
+    """
+    step = rec.get("step")
+    parts = [f"step {step if step is not None else DASH:>5}"]
+    epoch = rec.get("epoch")
+    if epoch is not None:
+        parts.append(f"epoch {epoch:.2f}")
+    loss = rec.get("loss")
+    parts.append(f"loss {loss:.4f}" if loss is not None else f"loss {DASH}")
+    lr = rec.get("lr")
+    if lr is not None:
+        parts.append(f"lr {lr:.2e}")
+    sps = rec.get("samples_per_s")
+    if sps is not None and math.isfinite(sps):
+        parts.append(f"{sps:,.0f} samples/s")
+    wait = rec.get("data_wait_frac")
+    if wait is not None:
+        parts.append(f"data wait {wait * 100:4.1f}%")
+    alloc = rec.get("mem_alloc_bytes")
+    if alloc is not None:
+        mem = f"mem {human_bytes(alloc)} alloc"
+        peak = rec.get("mem_peak_bytes")
+        if peak is not None:
+            mem += f" (peak {human_bytes(peak)})"
+        parts.append(mem)
+    elif rec.get("host_rss_bytes") is not None:
+        parts.append(f"rss {human_bytes(rec['host_rss_bytes'])}")
+    scale = rec.get("grad_scale")
+    if scale is not None:
+        parts.append(f"scale {format_number(scale, 1)}")
+    skipped = rec.get("skipped_steps")
+    if skipped:
+        parts.append(f"skipped {skipped}")
+    return " | ".join(parts)
+
+
+def format_eval_line(rec: Record) -> str:
+    """``eval  step 234 | epoch 1 | val_loss 0.4012 | val_acc 85.31%``."""
+    parts = [f"eval  step {rec.get('step', DASH)}"]
+    if rec.get("epoch") is not None:
+        parts.append(f"epoch {format_number(rec['epoch'])}")
+    val_loss = rec.get("val_loss")
+    parts.append(f"val_loss {val_loss:.4f}" if val_loss is not None else f"val_loss {DASH}")
+    val_acc = rec.get("val_acc")
+    if val_acc is not None:
+        parts.append(f"val_acc {val_acc * 100:.2f}%")
+    return " | ".join(parts)
+
+
+def format_event_line(rec: Record) -> str:
+    """``message`` for info, ``warning: message`` / ``error: message`` otherwise."""
+    level = str(rec.get("level") or "info")
+    message = str(rec.get("message", ""))
+    return message if level == "info" else f"{level}: {message}"
+
+
+def format_end_line(rec: Record) -> str:
+    """``end   completed | reason max_steps reached | step 1000``."""
+    parts = [f"end   {rec.get('status') or DASH}"]
+    if rec.get("reason"):
+        parts.append(f"reason {rec['reason']}")
+    if rec.get("step") is not None:
+        parts.append(f"step {rec['step']}")
+    return " | ".join(parts)
+
+
+_FORMATTERS = {
+    "header": format_header_line,
+    "train": format_train_line,
+    "eval": format_eval_line,
+    "event": format_event_line,
+    "end": format_end_line,
+}
+
+
+def format_record(rec: Record) -> str | None:
+    """The one-line rendering of any record, or None for an unknown type."""
+    formatter = _FORMATTERS.get(str(rec.get("type")))
+    return formatter(rec) if formatter else None
+
+
+def is_error_record(rec: Record) -> bool:
+    """True for warning/error events (they belong on stderr)."""
+    return rec.get("type") == "event" and rec.get("level") in ("warning", "error")

@@ -1,0 +1,223 @@
+"""Where records go: a JSONL file, the console, a :class:`MetricStore`, or several.
+
+Every sink has ``write(record)``, ``flush()`` and ``close()``; none mutates the
+record it is given. :func:`read_jsonl` reads back what :class:`JsonlSink` wrote,
+tolerating a truncated last line (a run killed mid-write, or a file being tailed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from tuitrain.metrics.format import format_record, is_error_record
+from tuitrain.metrics.store import MetricStore
+
+__all__ = [
+    "ConsoleSink",
+    "FanOutSink",
+    "JsonlSink",
+    "NullSink",
+    "Sink",
+    "StoreSink",
+    "read_jsonl",
+    "to_json_line",
+]
+
+Record = Mapping[str, Any]
+
+
+class Sink:
+    """Base sink: every method is a no-op. Usable as a context manager (closes)."""
+
+    def write(self, record: Record) -> None:
+        """Consume one record."""
+
+    def flush(self) -> None:
+        """Push buffered output out."""
+
+    def close(self) -> None:
+        """Release resources; further writes are ignored. Idempotent."""
+
+    def __enter__(self) -> Sink:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class NullSink(Sink):
+    """Discards everything."""
+
+
+class FanOutSink(Sink):
+    """Writes each record to every sink; one failing sink does not starve the others."""
+
+    def __init__(self, *sinks: Sink) -> None:
+        self.sinks: tuple[Sink, ...] = sinks
+
+    def _each(self, method: str, *args: Any) -> None:
+        error: BaseException | None = None
+        for sink in self.sinks:
+            try:
+                getattr(sink, method)(*args)
+            except Exception as exc:  # noqa: BLE001 - re-raised below
+                error = error or exc
+        if error is not None:
+            raise error
+
+    def write(self, record: Record) -> None:
+        self._each("write", record)
+
+    def flush(self) -> None:
+        self._each("flush")
+
+    def close(self) -> None:
+        self._each("close")
+
+
+class StoreSink(Sink):
+    """Feeds a :class:`MetricStore` (the UI reads the store)."""
+
+    def __init__(self, store: MetricStore) -> None:
+        self.store = store
+
+    def write(self, record: Record) -> None:
+        self.store.push(record)
+
+
+def _clean(value: Any) -> Any:
+    """A JSON-safe copy: non-finite floats become None, unknown objects str()."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (str, int)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_clean(v) for v in value]
+    item = getattr(value, "item", None)  # numpy / torch scalars
+    if callable(item):
+        try:
+            return _clean(item())
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    return str(value)
+
+
+def to_json_line(record: Record) -> str:
+    """One JSON object (no newline), key ``"type"`` first, NaN/inf written as null."""
+    ordered: dict[str, Any] = {}
+    if "type" in record:
+        ordered["type"] = _clean(record["type"])
+    for key, value in record.items():
+        if key != "type":
+            ordered[str(key)] = _clean(value)
+    return json.dumps(ordered, allow_nan=False, ensure_ascii=False)
+
+
+class JsonlSink(Sink):
+    """Appends one JSON object per line to ``path``, flushed after every record.
+
+    Append mode, so a resumed run continues the same file. Thread-safe; ``close()``
+    is idempotent and writes after it are ignored.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._file: IO[str] | None = open(  # noqa: SIM115 - closed in close()
+            self.path, "a", encoding="utf-8", buffering=1
+        )
+
+    @property
+    def closed(self) -> bool:
+        """True once close() has run."""
+        return self._file is None
+
+    def write(self, record: Record) -> None:
+        line = to_json_line(record) + "\n"
+        with self._lock:
+            if self._file is None:
+                return
+            self._file.write(line)
+            self._file.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                try:
+                    self._file.close()
+                finally:
+                    self._file = None
+
+
+def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Yield each JSON object of a JSONL file, skipping blank, invalid or non-object lines.
+
+    A truncated last line (the writer was killed, or is still writing) is skipped.
+    """
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                yield obj
+
+
+class ConsoleSink(Sink):
+    """Headless human output: one line per record; warnings and errors go to ``err``.
+
+    ``out``/``err`` default to the *current* ``sys.stdout``/``sys.stderr`` at write time
+    (so redirections made after construction are honoured).
+    """
+
+    def __init__(self, out: IO[str] | None = None, err: IO[str] | None = None) -> None:
+        self._out = out
+        self._err = err
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def write(self, record: Record) -> None:
+        line = format_record(record)
+        if line is None:
+            return
+        to_err = is_error_record(record)
+        stream = (self._err or sys.stderr) if to_err else (self._out or sys.stdout)
+        with self._lock:
+            if self._closed:
+                return
+            stream.write(line + "\n")
+            stream.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            for stream in (self._out or sys.stdout, self._err or sys.stderr):
+                stream.flush()
+
+    def close(self) -> None:
+        """Stops output; the streams themselves are not closed (they are not ours)."""
+        with self._lock:
+            self._closed = True
