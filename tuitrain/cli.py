@@ -42,16 +42,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default=DEFAULT_PRESET, help="preset name or path to a .toml file")
     p.add_argument("--list-presets", action="store_true", help="list presets and exit")
     p.add_argument("--no-ui", action="store_true", help="headless: line logs on stdout")
-    p.add_argument("--set", dest="overrides", action="append", default=[],
-                   metavar="SECTION.KEY=VALUE", help="override any preset field (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override any preset field (repeatable)",
+    )
     p.add_argument("--max-steps", type=int, help="stop after N optimizer steps in total")
     p.add_argument("--epochs", type=int, help="epochs to train")
     p.add_argument("--run-dir", help="run directory (default runs/<preset>-<timestamp>)")
     p.add_argument("--data-dir", help="folder with Fashion-MNIST's IDX files")
     p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"])
     p.add_argument("--precision", choices=["auto", "fp32", "fp16", "bf16"])
-    p.add_argument("--compile", dest="compile", action=argparse.BooleanOptionalAction,
-                   default=None, help="torch.compile the model (default: on for CUDA)")  # fmt: skip
+    p.add_argument(
+        "--compile",
+        dest="compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="torch.compile the model (default: on for CUDA)",
+    )
     p.add_argument("--log-every", type=int, help="optimizer steps between log points")
     p.add_argument("--seed", type=int)
     p.add_argument("--profile-steps", type=int, help="profile N steps with torch.profiler")
@@ -154,8 +165,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.no_ui:
             return run_headless(cfg)
         if not has_tty():
-            print("tuitrain: no terminal (stdin/stdout/stderr not a TTY): running headless; "
-                  "pass --no-ui to silence this line.", file=sys.stderr)  # fmt: skip
+            print(
+                "tuitrain: no terminal (stdin/stdout/stderr not a TTY): running headless; "
+                "pass --no-ui to silence this line.",
+                file=sys.stderr,
+            )
             return run_headless(cfg)
         return run_ui(cfg)
     except UserError as exc:

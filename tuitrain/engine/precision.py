@@ -8,7 +8,7 @@ skips steps whose gradients overflowed and adapts its scale.
 from __future__ import annotations
 
 import contextlib
-from typing import ContextManager
+from contextlib import AbstractContextManager as ContextManager
 
 import torch
 

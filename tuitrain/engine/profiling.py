@@ -56,6 +56,13 @@ class StepProfiler:
             path.write_text(table + "\n", encoding="utf-8")
             where = f", table in {path}"
         sort_name = "device" if self.device.type == "cuda" else "CPU"
-        sink.write({"type": "event", "level": "info", "kind": "profile",
-                    "message": f"profiled steps from {self.first_step} (top {TOP_ROWS} by "
-                               f"self {sort_name} time{where})", "table": table})  # fmt: skip
+        sink.write(
+            {
+                "type": "event",
+                "level": "info",
+                "kind": "profile",
+                "message": f"profiled steps from {self.first_step} (top {TOP_ROWS} by "
+                f"self {sort_name} time{where})",
+                "table": table,
+            }
+        )

@@ -52,8 +52,15 @@ def event(
 class Trainer:
     """Owns the parts of one run and the loop state (step, epoch, position in the epoch)."""
 
-    def __init__(self, cfg: Config, parts: RunParts, sink: Sink, control: Control,
-                 dist: DistInfo, run_dir: Path | None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cfg: Config,
+        parts: RunParts,
+        sink: Sink,
+        control: Control,
+        dist: DistInfo,
+        run_dir: Path | None,
+    ) -> None:
         self.cfg, self.parts, self.sink, self.control = cfg, parts, sink, control
         self.dist, self.run_dir = dist, run_dir
         self.criterion = nn.CrossEntropyLoss()
@@ -156,8 +163,13 @@ class Trainer:
     def compile_done(self) -> None:
         synchronize(self.parts.device)  # sync point: the compile time is measured to here
         seconds = time.perf_counter() - self.meter._t0
-        self.sink.write(event(f"torch.compile done in {seconds:.1f} s (first step, not counted in "
-                              "throughput)", kind="compile_done", seconds=round(seconds, 2)))  # fmt: skip
+        self.sink.write(
+            event(
+                f"torch.compile done in {seconds:.1f} s (first step, not counted in throughput)",
+                kind="compile_done",
+                seconds=round(seconds, 2),
+            )
+        )
         self.control.state = "running"
         self.meter.restart()
 
@@ -183,14 +195,24 @@ class Trainer:
         ):
             pct = 100 * record["data_wait_frac"]
             kind = "input_bound" if verdict == "input-bound" else "data_wait"
-            self.sink.write(event(f"data wait {pct:.0f}% of step time ({verdict}): {hint}",
-                                  level="warning", kind=kind))  # fmt: skip
+            self.sink.write(
+                event(
+                    f"data wait {pct:.0f}% of step time ({verdict}): {hint}",
+                    level="warning",
+                    kind=kind,
+                )
+            )
         scale = record["grad_scale"]
         if scale is not None and scale < SCALE_FLOOR:
-            self.sink.write(event(
-                f"GradScaler scale collapsed to {scale:g} (skipped {record['skipped_steps']} steps): "
-                "gradients overflow fp16 again and again; try --precision bf16 or a lower lr",
-                level="warning", kind="overflow"))  # fmt: skip
+            self.sink.write(
+                event(
+                    f"GradScaler scale collapsed to {scale:g} "
+                    f"(skipped {record['skipped_steps']} steps): "
+                    "gradients overflow fp16 again and again; try --precision bf16 or a lower lr",
+                    level="warning",
+                    kind="overflow",
+                )
+            )
 
     def fractional_epoch(self) -> float:
         return self.step / self.parts.steps_per_epoch
@@ -222,8 +244,15 @@ class Trainer:
         p.train_model.train()
         self.val_loss = loss_sum.item() / max(count, 1)  # sync point: once per evaluation
         self.val_acc = correct.item() / max(count, 1)
-        self.sink.write({"type": "eval", "step": self.step, "epoch": round(self.fractional_epoch(), 4),
-                         "val_loss": self.val_loss, "val_acc": self.val_acc})  # fmt: skip
+        self.sink.write(
+            {
+                "type": "eval",
+                "step": self.step,
+                "epoch": round(self.fractional_epoch(), 4),
+                "val_loss": self.val_loss,
+                "val_acc": self.val_acc,
+            }
+        )
         self.control.state = "running"
         self.meter.restart()  # evaluation time is not training throughput
 
@@ -254,8 +283,14 @@ def header_record(
     }
 
 
-def run(cfg: Config, sink: Sink, control: Control | None = None, *,
-        run_dir: Path | None = None, dist: DistInfo | None = None) -> RunResult:  # fmt: skip
+def run(
+    cfg: Config,
+    sink: Sink,
+    control: Control | None = None,
+    *,
+    run_dir: Path | None = None,
+    dist: DistInfo | None = None,
+) -> RunResult:
     """Build and train one run; every outcome ends with an `end` record and a RunResult."""
     control = control or Control()
     dist = dist or DistInfo()
@@ -271,22 +306,37 @@ def run(cfg: Config, sink: Sink, control: Control | None = None, *,
         return fail(exc, sink, control, trainer, started)
     reason = control.stop_reason if status == "stopped" else "reached the configured steps/epochs"
     control.state = status
-    result = RunResult(status, reason, trainer.step, control.exit_code or EXIT_OK,
-                       trainer.val_acc, trainer.val_loss, mean(trainer.throughputs))  # fmt: skip
+    result = RunResult(
+        status,
+        reason,
+        trainer.step,
+        control.exit_code or EXIT_OK,
+        trainer.val_acc,
+        trainer.val_loss,
+        mean(trainer.throughputs),
+    )
     sink.write(end_record(result, trainer, started))
     return result
 
 
-def fail(exc: BaseException, sink: Sink, control: Control, trainer: Trainer | None,
-         started: float) -> RunResult:  # fmt: skip
+def fail(
+    exc: BaseException, sink: Sink, control: Control, trainer: Trainer | None, started: float
+) -> RunResult:
     """Turn an exception into an error event, an end record and a failed RunResult."""
     if isinstance(exc, KeyboardInterrupt):
         raise exc
     step = trainer.step if trainer else 0
     message, hint = describe_failure(exc, trainer)
     tb = "" if isinstance(exc, UserError) else traceback.format_exc()
-    sink.write(event(message + (f" ({hint})" if hint else ""), level="error", kind="failed",
-                     hint=hint, traceback=tb or None))  # fmt: skip
+    sink.write(
+        event(
+            message + (f" ({hint})" if hint else ""),
+            level="error",
+            kind="failed",
+            hint=hint,
+            traceback=tb or None,
+        )
+    )
     code = getattr(exc, "exit_code", EXIT_FAILED)
     result = RunResult("failed", message, step, code, error=exc, traceback=tb)
     sink.write(end_record(result, trainer, started))
@@ -303,9 +353,11 @@ def describe_failure(exc: BaseException, trainer: Trainer | None) -> tuple[str, 
     if isinstance(exc, torch.OutOfMemoryError):
         step = trainer.step + 1 if trainer else 0
         batch = trainer.batch_size if trainer else "?"
-        return (f"out of memory at step {step} (batch {batch})",
-                "try a smaller data.batch_size with optim.grad_accum=2 or more, "
-                "--precision bf16 or fp16, or model.channels_last=false")  # fmt: skip
+        return (
+            f"out of memory at step {step} (batch {batch})",
+            "try a smaller data.batch_size with optim.grad_accum=2 or more, "
+            "--precision bf16 or fp16, or model.channels_last=false",
+        )
     return f"{type(exc).__name__}: {exc}", "this looks like a bug; the traceback is in the log"
 
 
