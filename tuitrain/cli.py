@@ -146,13 +146,13 @@ def run_headless(cfg: Config) -> int:
     return result.exit_code
 
 
-def run_ui(cfg: Config) -> int:
+def run_ui(cfg: Config, overrides: list[str]) -> int:
     try:
         from tuitrain.ui.app import run_app
     except ImportError as exc:  # the UI is optional at import time; headless always works
         print(f"tuitrain: the UI cannot start ({exc}); running headless.", file=sys.stderr)
         return run_headless(cfg)
-    return run_app(cfg)
+    return run_app(cfg, overrides)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -161,7 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list_presets:
         return list_presets()
     try:
-        cfg = load_preset(args.preset, args.overrides + flag_overrides(args))
+        overrides = args.overrides + flag_overrides(args)
+        cfg = load_preset(args.preset, overrides)
         if args.no_ui:
             return run_headless(cfg)
         if not has_tty():
@@ -171,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return run_headless(cfg)
-        return run_ui(cfg)
+        return run_ui(cfg, overrides)
     except UserError as exc:
         print(f"tuitrain: error: {exc}", file=sys.stderr)
         return exc.exit_code

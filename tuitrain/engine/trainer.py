@@ -155,6 +155,8 @@ class Trainer:
         self.step += 1
         self.samples += self.batch_size * self.cfg.optim.grad_accum * self.dist.world_size
         self.profiler.after_step(self.sink)
+        if self.cfg.train.pace_s:
+            time.sleep(self.cfg.train.pace_s)
         if first:
             self.compile_done()
         elif is_log:
