@@ -102,6 +102,7 @@ class Trainer:
         p.precision.step(optimizer)  # fp16: skipped on inf/NaN grads, then scale update
         self.meter.note_scale_after_step(scale_before)
         optimizer.zero_grad(set_to_none=True)
+        self.lr = p.scheduler.get_last_lr()[0]  # the rate this step used (a Python float)
         p.scheduler.step()
         self.meter.steps += 1
 
@@ -176,8 +177,7 @@ class Trainer:
         self.meter.restart()
 
     def log_point(self) -> None:
-        lr = self.parts.scheduler.get_last_lr()[0]
-        record = self.meter.record(self.step, self.fractional_epoch(), self.samples, lr)
+        record = self.meter.record(self.step, self.fractional_epoch(), self.samples, self.lr)
         if record["loss"] is None:
             raise TrainingError(
                 f"the loss became NaN or Inf before step {self.step}",

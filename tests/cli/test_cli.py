@@ -1,0 +1,159 @@
+"""The command line as users run it: exit codes, one-sentence errors, the run directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tuitrain.config import load_preset
+
+TINY = ["--set", "data.train_samples=512", "--set", "data.val_samples=256", "--log-every", "2"]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tuitrain(
+    *args: str, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TUITRAIN_NO_DOWNLOAD": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "tuitrain", *args],
+        capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def read_records(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def test_help_lists_the_contract() -> None:
+    proc = tuitrain("--help")
+    assert proc.returncode == 0
+    for flag in ["--preset", "--no-ui", "--set", "--max-steps", "--epochs", "--run-dir",
+                 "--data-dir", "--device", "--precision", "--compile", "--no-compile",
+                 "--log-every", "--seed", "--profile-steps", "--list-presets"]:  # fmt: skip
+        assert flag in proc.stdout
+    assert "143" in proc.stdout and "130" in proc.stdout
+
+
+def test_list_presets_from_another_directory(tmp_path: Path) -> None:
+    proc = tuitrain("--list-presets", cwd=tmp_path)
+    assert proc.returncode == 0
+    names = [line.split()[0] for line in proc.stdout.splitlines()]
+    assert {"fashion-mini", "fashion-fp32", "fashion-fp16", "fashion-bf16"} <= set(names)
+    assert "(default)" in proc.stdout
+
+
+def test_headless_run_writes_the_contract(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = tuitrain("--no-ui", "--max-steps", "4", "--run-dir", str(run_dir), *TINY)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("step")]
+    assert len(lines) == 2 and "samples/s" in lines[0] and "data wait" in lines[0]
+    assert "rss" in lines[0] and "loss" in lines[0]
+    records = read_records(run_dir)
+    assert [r["type"] for r in records][0] == "header" and records[-1]["type"] == "end"
+    assert all(next(iter(r)) == "type" for r in records)
+    assert records[-1]["status"] == "completed"
+    assert (run_dir / "train.log").read_text().count("step ") >= 2
+    # the resolved config is a preset that reproduces the run
+    again = load_preset(str(run_dir / "config.toml"))
+    assert again.data.train_samples == 512 and again.train.max_steps == 4
+
+
+def test_default_run_dir_is_under_runs(tmp_path: Path) -> None:
+    proc = tuitrain("--no-ui", "--max-steps", "2", *TINY, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    made = list((tmp_path / "runs").glob("fashion-mini-*/metrics.jsonl"))
+    assert len(made) == 1
+
+
+def test_no_tty_falls_back_to_headless(tmp_path: Path) -> None:
+    proc = tuitrain("--max-steps", "2", "--run-dir", str(tmp_path), *TINY)
+    assert proc.returncode == 0
+    assert "no terminal" in proc.stderr and "running headless" in proc.stderr
+    assert proc.stderr.count("running headless") == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--preset", "nope"], "unknown preset 'nope'; available: "),
+        (["--set", "optim.lrr=1"], "unknown key 'optim.lrr'; did you mean 'optim.lr'?"),
+        (["--set", "optim.lr=fast"], "optim.lr must be float, not str"),
+        (["--set", "data.batch_size=0"], "data.batch_size = 0 is out of range"),
+        (["--epochs", "0"], "train.epochs = 0 is out of range"),
+        (["--device", "cuda"], "CUDA is not available"),
+        (["--preset", "fashion-fp32", "--data-dir", "/nonexistent/fm"], "/nonexistent/fm"),
+        (["--precision", "fp8"], "invalid choice: 'fp8'"),
+    ],
+)
+def test_bad_input_is_one_sentence_and_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
+    proc = tuitrain("--no-ui", "--run-dir", str(tmp_path / "r"), *args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert needle in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_malformed_toml_names_line_and_column(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train]\nepochs = = 3\n")
+    proc = tuitrain("--no-ui", "--preset", str(bad))
+    assert proc.returncode == 2
+    assert "bad.toml is not valid TOML" in proc.stderr and "line 2" in proc.stderr
+
+
+def test_run_dir_not_writable(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = tuitrain("--no-ui", "--run-dir", str(blocker / "run"), *TINY)
+    assert proc.returncode == 2
+    assert "is not writable" in proc.stderr and "--run-dir" in proc.stderr
+
+
+def test_labels_out_of_range_are_caught_before_the_device(tmp_path: Path) -> None:
+    proc = tuitrain(
+        "--no-ui", "--run-dir", str(tmp_path), "--max-steps", "2",
+        "--set", "data.name=tests.cli.datasets_for_tests:bad_labels",
+        "--set", "data.num_workers=0", "--set", "model.name=mlp", "--set", "data.batch_size=16",
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "outside [0, 10)" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_nan_loss_exits_1_with_the_step(tmp_path: Path) -> None:
+    proc = tuitrain(
+        "--no-ui", "--run-dir", str(tmp_path), "--max-steps", "6", *TINY,
+        "--set", "model.name=tests.engine.models_for_tests:nan_model",
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "at step 3" in proc.stderr
+    assert read_records(tmp_path)[-1]["status"] == "failed"
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signals_stop_cleanly(tmp_path: Path, sig: signal.Signals, code: int) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    args = ["--no-ui", "--run-dir", str(tmp_path), "--epochs", "100", "--set", "train.pace_s=0.05"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuitrain", *args, *TINY],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait for the first logged step
+        if proc.stdout.readline().startswith("step"):
+            break
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    end = read_records(tmp_path)[-1]
+    assert end["type"] == "end" and end["status"] == "stopped"
+    assert end["reason"] == f"stopped by {sig.name}"

@@ -1,0 +1,48 @@
+"""Shared fixtures: tiny real runs on the shipped Fashion-MNIST subset, no thread leaks."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tuitrain.config import Config, load_preset
+
+# A real run small enough for a unit test: 512 training images, 256 for validation.
+TINY = ["data.train_samples=512", "data.val_samples=256", "train.log_every=2"]
+
+
+@pytest.fixture(autouse=True)
+def _no_download(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never reach for the network."""
+    monkeypatch.setenv("TUITRAIN_NO_DOWNLOAD", "1")
+
+
+@pytest.fixture
+def tiny_config() -> Iterator[object]:
+    def make(*overrides: str, preset: str = "fashion-mini") -> Config:
+        return load_preset(preset, [*TINY, *overrides])
+
+    yield make
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_threads() -> Iterator[None]:
+    """Fail a test that leaves a non-daemon thread running (an engine that never ended)."""
+    before = set(threading.enumerate())
+    yield
+    leaked = []
+    for thread in set(threading.enumerate()) - before:
+        if thread.daemon or thread.name.startswith("ThreadPoolExecutor"):
+            continue  # torch.compile's worker pool lives for the process, by design
+        thread.join(timeout=10)
+        if thread.is_alive():
+            leaked.append(thread.name)
+    assert not leaked, f"threads left running after the test: {leaked}"
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[1]

@@ -1,0 +1,36 @@
+"""User factories used by the tests (referenced as 'tests.engine.models_for_tests:...')."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class NaNAfter(nn.Module):
+    """A small model whose output turns NaN from its `after`-th forward call (training only)."""
+
+    def __init__(self, num_classes: int, after: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(784, num_classes))
+        self.calls = 0
+        self.after = after
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.calls += 1
+        out = self.net(x)
+        if self.calls >= self.after:
+            out = out * float("nan")
+        return out
+
+
+def nan_model(num_classes: int) -> nn.Module:
+    return NaNAfter(num_classes, after=3)
+
+
+def tiny_mlp(num_classes: int) -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.ReLU(), nn.Linear(32, num_classes))
+
+
+def not_a_model(num_classes: int) -> str:
+    return "oops"

@@ -1,0 +1,210 @@
+"""The engine on CPU in all three precisions, against the metric contract of DESIGN.md."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tuitrain.engine import Control, run
+from tuitrain.engine.precision import FP16Precision, make_precision
+from tuitrain.metrics import MetricStore, StoreSink
+
+TRAIN_FIELDS = [
+    "type", "step", "epoch", "samples", "loss", "lr", "samples_per_s", "step_time_s",
+    "data_wait_s", "data_wait_frac", "mem_alloc_bytes", "mem_reserved_bytes", "mem_peak_bytes",
+    "host_rss_bytes", "gpu_util_pct", "gpu_mem_used_bytes", "grad_scale", "skipped_steps",
+    "grad_norm",
+]  # fmt: skip
+HEADER_FIELDS = [
+    "preset", "config", "device", "device_name", "precision", "compile", "world_size",
+    "torch", "tuitrain", "python", "time",
+]  # fmt: skip
+
+
+class ListSink(StoreSink):
+    """Keeps every record in order, and feeds a store like the UI's."""
+
+    def __init__(self) -> None:
+        super().__init__(MetricStore())
+        self.records: list[dict] = []
+
+    def write(self, record: dict) -> None:
+        self.records.append(dict(record))
+        super().write(record)
+
+    def of(self, kind: str) -> list[dict]:
+        return [r for r in self.records if r["type"] == kind]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_runs_in_each_precision(tiny_config, precision: str) -> None:
+    steps = 4 if precision == "fp16" else 8  # fp16 autocast is emulated (slow) on CPU
+    cfg = tiny_config(f"train.precision={precision}", f"train.max_steps={steps}")
+    sink = ListSink()
+    result = run(cfg, sink)
+    assert result.status == "completed" and result.exit_code == 0
+    assert result.step == steps
+    header = sink.of("header")[0]
+    assert list(header)[0] == "type"
+    assert all(k in header for k in HEADER_FIELDS)
+    assert header["precision"] == precision and header["device"] == "cpu"
+    trains = sink.of("train")
+    assert [r["step"] for r in trains] == list(range(2, steps + 1, 2))
+    for rec in trains:
+        assert list(rec) == TRAIN_FIELDS
+        assert math.isfinite(rec["loss"]) and rec["samples_per_s"] > 0
+        # CPU: no CUDA allocator or NVML numbers, never fake ones; host RSS always.
+        assert rec["mem_alloc_bytes"] is None and rec["gpu_util_pct"] is None
+        assert rec["host_rss_bytes"] > 10 * 2**20
+        assert 0 <= rec["data_wait_frac"] <= 1 and rec["grad_norm"] > 0
+        if precision == "fp16":
+            assert rec["grad_scale"] is not None and rec["grad_scale"] >= 1.0
+            assert rec["skipped_steps"] is not None
+        else:
+            assert rec["grad_scale"] is None and rec["skipped_steps"] is None
+    assert trains[-1]["samples"] == steps * 256
+    end = sink.of("end")[0]
+    assert end["status"] == "completed" and end["step"] == steps
+    assert sink.records[-1] is not None and sink.records[-1]["type"] == "end"
+    evals = sink.of("eval")
+    assert len(evals) == steps // 2  # 512 images = 2 steps per epoch, one eval each
+    assert all(0.0 <= e["val_acc"] <= 1.0 for e in evals)
+
+
+def test_precision_modes_really_change_dtypes() -> None:
+    cpu = torch.device("cpu")
+    layer = torch.nn.Linear(8, 8)
+    x = torch.randn(4, 8)
+    with make_precision("bf16", cpu).autocast():
+        assert layer(x).dtype == torch.bfloat16
+    with make_precision("fp16", cpu).autocast():
+        assert layer(x).dtype == torch.float16
+    with make_precision("fp32", cpu).autocast():
+        assert layer(x).dtype == torch.float32
+    assert make_precision("auto", cpu).name == "bf16"  # this CPU has AVX512-BF16
+    assert isinstance(make_precision("fp16", cpu), FP16Precision)
+
+
+def test_training_learns(tiny_config) -> None:
+    """Two epochs on 512 images must beat chance by far and lower the loss."""
+    sink = ListSink()
+    result = run(tiny_config("train.epochs=3", "data.train_samples=1024"), sink)
+    losses = [r["loss"] for r in sink.of("train")]
+    assert losses[-1] < losses[0] * 0.7
+    assert result.val_acc is not None and result.val_acc > 0.6
+    assert len(sink.of("eval")) == 3  # one per epoch
+
+
+def test_grad_accumulation_counts_optimizer_steps(tiny_config) -> None:
+    sink = ListSink()
+    result = run(tiny_config("optim.grad_accum=2", "train.epochs=1"), sink)
+    # 512 samples / 256 per micro-batch = 2 micro-batches = 1 optimizer step per epoch
+    assert result.step == 1
+    assert sink.of("header")[0]["global_batch"] == 512
+    assert sink.of("end")[0]["samples"] == 512
+
+
+def test_max_steps_wins_over_epochs(tiny_config) -> None:
+    result = run(tiny_config("train.epochs=5", "train.max_steps=3"), ListSink())
+    assert result.step == 3 and result.status == "completed"
+
+
+def test_sgd_warmup_and_clipping(tiny_config) -> None:
+    sink = ListSink()
+    cfg = tiny_config(
+        "optim.name=sgd", "optim.warmup_steps=4", "optim.grad_clip=0.5", "train.max_steps=8",
+        "train.log_every=1", "train.precision=fp32",
+    )  # fmt: skip
+    run(cfg, sink)
+    lrs = [r["lr"] for r in sink.of("train")]
+    # the rate each step used: linear warmup over 4 steps, then cosine down
+    assert lrs[:4] == pytest.approx([cfg.optim.lr * k / 4 for k in (1, 2, 3, 4)])
+    assert lrs[4:] == sorted(lrs[4:], reverse=True) and lrs[-1] < cfg.optim.lr / 2
+
+
+def test_nan_loss_stops_with_step_number(tiny_config) -> None:
+    sink = ListSink()
+    cfg = tiny_config("model.name=tests.engine.models_for_tests:nan_model", "train.max_steps=6")
+    result = run(cfg, sink)
+    assert result.status == "failed" and result.exit_code == 1
+    assert "at step 3" in result.reason and "before the optimizer step" in result.reason
+    errors = [e for e in sink.of("event") if e["level"] == "error"]
+    assert errors and "lower optim.lr" in errors[0]["message"]
+    assert sink.of("end")[0]["status"] == "failed"
+
+
+def test_user_model_factory(tiny_config) -> None:
+    sink = ListSink()
+    cfg = tiny_config("model.name=tests.engine.models_for_tests:tiny_mlp", "train.max_steps=2")
+    assert run(cfg, sink).status == "completed"
+    assert sink.of("header")[0]["params"] == 784 * 32 + 32 + 32 * 10 + 10
+    bad = run(tiny_config("model.name=tests.engine.models_for_tests:not_a_model"), ListSink())
+    assert bad.exit_code == 2 and "not an nn.Module" in bad.reason
+
+
+def test_stop_and_pause_from_another_thread(tiny_config) -> None:
+    control = Control()
+    store_sink = ListSink()
+    cfg = tiny_config("train.epochs=50", "train.pace_s=0.02", "train.log_every=1")
+    results = []
+    worker = threading.Thread(target=lambda: results.append(run(cfg, store_sink, control)))
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not store_sink.of("train") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    control.pause()
+    time.sleep(0.3)  # let the current step finish
+    paused_at = len(store_sink.of("train"))
+    time.sleep(0.5)
+    assert len(store_sink.of("train")) == paused_at, "steps advanced while paused"
+    assert control.state == "paused"
+    control.resume()
+    while len(store_sink.of("train")) <= paused_at and time.monotonic() < deadline:
+        time.sleep(0.02)
+    control.request_stop("test stop")
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert results[0].status == "stopped" and results[0].reason == "test stop"
+    assert store_sink.of("end")[0]["status"] == "stopped"
+
+
+def test_profile_steps_writes_top_table(tiny_config, tmp_path: Path) -> None:
+    sink = ListSink()
+    run(tiny_config("train.max_steps=4", "train.profile_steps=2"), sink, run_dir=tmp_path)
+    files = list(tmp_path.glob("profile-step*.txt"))
+    assert len(files) == 1
+    table = files[0].read_text()
+    assert "Self CPU" in table and "aten::" in table
+    assert [e for e in sink.of("event") if e.get("kind") == "profile"]
+
+
+@pytest.mark.slow
+def test_compile_reports_its_time_outside_throughput(tiny_config) -> None:
+    sink = ListSink()
+    cfg = tiny_config("train.compile=on", "train.max_steps=4", "train.precision=bf16")
+    result = run(cfg, sink)
+    assert result.status == "completed"
+    assert sink.of("header")[0]["compile"] is True
+    done = [e for e in sink.of("event") if e.get("kind") == "compile_done"]
+    assert len(done) == 1 and done[0]["seconds"] > 1.0
+    # throughput intervals start after the compile step, so no interval includes it
+    steps_per_s = [r["samples_per_s"] / 256 for r in sink.of("train")]
+    assert all(1 / s < done[0]["seconds"] for s in steps_per_s)
+
+
+def test_engine_and_metrics_import_without_textual() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tuitrain.engine, tuitrain.metrics, tuitrain.engine.trainer;"
+        "bad = [m for m in ('textual', 'rich', 'plotext') if m in sys.modules];"
+        "assert not bad, bad"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

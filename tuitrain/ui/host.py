@@ -1,0 +1,193 @@
+"""EngineHost: one training run in a background thread, fed to a MetricStore the UI polls.
+
+No Textual here. The host makes the run dir (resolved config, metrics.jsonl, train.log),
+wires the sinks, owns the `Control` the UI steers the run with, and runs the engine in a
+`threading.Thread` it keeps a handle on, so whoever stops a run can `join()` the real thread
+(a Textual worker's `wait()` returns before its thread ends). When the run ends the host calls
+`on_end(host)` from the engine thread; the app turns that into a posted message.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tuitrain.config import Config
+from tuitrain.engine.control import Control
+from tuitrain.engine.rundir import prepare_run_dir, write_resolved_config
+from tuitrain.engine.trainer import RunResult, run
+from tuitrain.errors import EXIT_FAILED
+from tuitrain.metrics.sinks import ConsoleSink, FanOutSink, JsonlSink, Sink
+from tuitrain.metrics.store import MetricStore
+
+Record = Mapping[str, Any]
+
+SEQ_KEY = "_seq"  # arrival order of a record, stamped on the store copy only
+STEP_KEY = "_step"  # the latest train step when an event arrived
+
+
+class TimelineStoreSink(Sink):
+    """Feeds the store like `StoreSink`, stamping events and evals with arrival order.
+
+    The stamps (`_seq`, `_step`) let the event log interleave events and epoch summaries in
+    the order they happened and say at which step. Only the store's copy is stamped; the
+    JSONL file and the console see the records unchanged.
+    """
+
+    def __init__(self, store: MetricStore) -> None:
+        self.store = store
+        self._seq = itertools.count()
+        self._step: Any = None
+
+    def write(self, record: Record) -> None:
+        kind = record.get("type")
+        if kind == "train":
+            self._step = record.get("step")
+            self.store.push(record)
+            return
+        if kind in ("event", "eval"):
+            step = record.get("step", self._step) if kind == "eval" else self._step
+            record = {**record, SEQ_KEY: next(self._seq), STEP_KEY: step}
+        self.store.push(record)
+
+
+class _NotesAfterFirst(Sink):
+    """Writes `notes` (events such as a preset switch) right after the run's first record."""
+
+    def __init__(self, inner: Sink, notes: Sequence[Record]) -> None:
+        self.inner = inner
+        self.notes = list(notes)
+
+    def write(self, record: Record) -> None:
+        self.inner.write(record)
+        if self.notes:
+            notes, self.notes = self.notes, []
+            for note in notes:
+                self.inner.write(note)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def ui_event(message: str, level: str = "info", kind: str | None = None, **extra: Any) -> dict:
+    """An `event` record in the metric contract's shape."""
+    return {"type": "event", "level": level, "message": message, "kind": kind, **extra}
+
+
+def sibling_run_dir(previous: Path | None, preset: str) -> Path | None:
+    """A fresh run dir next to `previous` (runs/<preset>-<stamp>), never an existing one."""
+    if previous is None:
+        return None
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = previous.parent / f"{preset}-{stamp}"
+    path = base
+    for n in itertools.count(2):
+        if not path.exists():
+            return path
+        path = base.with_name(f"{base.name}-{n}")
+    return path  # unreachable; keeps type checkers calm
+
+
+class EngineHost:
+    """Owns one run: its config, run dir, control, engine thread and result."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        store: MetricStore,
+        *,
+        run_dir: Path | None = None,
+        notes: Sequence[Record] = (),
+        on_end: Callable[[EngineHost], None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.control = Control()
+        self.requested_run_dir = run_dir
+        self.run_dir: Path | None = None
+        self.notes = list(notes)
+        self.on_end = on_end
+        self.result: RunResult | None = None
+        self.thread: threading.Thread | None = None
+        self.started_at: float | None = None
+        self.ended = threading.Event()
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the engine thread (once)."""
+        if self.thread is not None:
+            raise RuntimeError("this run was already started; make a new EngineHost")
+        self.thread = threading.Thread(
+            target=self._main, name=f"tuitrain-engine[{self.cfg.name}]", daemon=True
+        )
+        self.started_at = time.monotonic()
+        self.thread.start()
+
+    @property
+    def alive(self) -> bool:
+        """True while the engine thread runs."""
+        return self.thread is not None and self.thread.is_alive()
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the engine to stop at the next step boundary (it still writes its end record)."""
+        self.control.request_stop(reason)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the engine thread; True when it has ended (or never started)."""
+        if self.thread is None:
+            return True
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+    # -- the engine thread ---------------------------------------------------------------
+    def _main(self) -> None:
+        try:
+            self.result = self._run()
+        except BaseException as exc:  # noqa: BLE001 - e.g. an unwritable run dir
+            self.result = self._setup_failed(exc)
+        finally:
+            self.ended.set()
+            if self.on_end is not None:
+                try:
+                    self.on_end(self)
+                except Exception:  # noqa: BLE001 - the UI may be gone; nothing to tell
+                    pass
+
+    def _run(self) -> RunResult:
+        run_dir = prepare_run_dir(self.cfg, self.requested_run_dir)
+        write_resolved_config(run_dir, self.cfg)
+        self.run_dir = run_dir
+        with open(run_dir / "train.log", "a", encoding="utf-8") as log:
+            sinks = FanOutSink(
+                TimelineStoreSink(self.store),
+                JsonlSink(run_dir / "metrics.jsonl"),
+                ConsoleSink(log, log),
+            )
+            sink = _NotesAfterFirst(sinks, self.notes)
+            try:
+                result = run(self.cfg, sink, self.control, run_dir=run_dir)
+                if result.traceback:
+                    log.write(result.traceback)
+            finally:
+                sink.close()
+        return result
+
+    def _setup_failed(self, exc: BaseException) -> RunResult:
+        """The run could not even start (run dir, sinks): show it like an engine failure."""
+        message = str(exc) or type(exc).__name__
+        code = getattr(exc, "exit_code", EXIT_FAILED)
+        sink = TimelineStoreSink(self.store)
+        for note in self.notes:
+            sink.write(note)
+        sink.write(ui_event(message, level="error", kind="failed", hint=""))
+        sink.write({"type": "end", "status": "failed", "reason": message, "step": 0})
+        self.control.state = "failed"
+        return RunResult("failed", message, 0, code, error=exc)

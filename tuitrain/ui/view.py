@@ -1,0 +1,264 @@
+"""What the panels say, computed from a Snapshot: pure functions, no Textual, no torch.
+
+Widgets call these and only lay the results out, so the arithmetic (ETA, smoothing, the
+scaler's last overflow, verdicts and hints) is testable without running an app.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuitrain.engine.meter import data_wait_verdict as engine_data_wait_verdict
+from tuitrain.metrics.format import DASH
+from tuitrain.metrics.store import Series, Snapshot
+
+Record = Mapping[str, Any]
+
+LOSS_SMOOTHING = 0.6  # EMA weight, as in TensorBoard's and W&B's smoothing slider
+
+ACTIVE_STATES = ("starting", "compiling", "running", "paused", "evaluating")
+
+
+# ------------------------------------------------------------------------------ numbers
+def format_duration(seconds: float | None) -> str:
+    """``75`` -> ``"1:15"``, ``3725`` -> ``"1:02:05"``, None -> ``"—"``."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return DASH
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def format_rate(value: float | None) -> str:
+    """Samples per second with thousands separators, or a dash."""
+    if value is None or not math.isfinite(value):
+        return DASH
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def format_seconds(value: float | None) -> str:
+    """A step time: ``0.0612`` -> ``"61.2 ms"``, ``1.5`` -> ``"1.50 s"``."""
+    if value is None or not math.isfinite(value):
+        return DASH
+    return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def finite(values: Sequence[float]) -> list[float]:
+    return [v for v in values if math.isfinite(v)]
+
+
+def mean(values: Sequence[float]) -> float | None:
+    vals = finite(values)
+    return sum(vals) / len(vals) if vals else None
+
+
+def median(values: Sequence[float]) -> float | None:
+    vals = sorted(finite(values))
+    if not vals:
+        return None
+    mid = len(vals) // 2
+    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+
+
+def smooth(values: Sequence[float], weight: float = LOSS_SMOOTHING) -> list[float]:
+    """Debiased exponential moving average (TensorBoard's smoothing); NaN passes through."""
+    out: list[float] = []
+    acc = 0.0
+    n = 0
+    for v in values:
+        if not math.isfinite(v):
+            out.append(v)
+            continue
+        acc = acc * weight + (1 - weight) * v
+        n += 1
+        out.append(acc / (1 - weight**n))
+    return out
+
+
+def smoothed_series(series: Series, weight: float = LOSS_SMOOTHING) -> Series:
+    return Series(xs=series.xs, ys=tuple(smooth(series.ys, weight)))
+
+
+# ------------------------------------------------------------------------------ run state
+def config_section(snap: Snapshot, section: str) -> Mapping[str, Any]:
+    """One table of the header's resolved config, or an empty mapping."""
+    config = (snap.header or {}).get("config") or {}
+    value = config.get(section) if isinstance(config, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
+
+
+def derived_state(snap: Snapshot) -> str:
+    """The run state as far as the records tell (watch mode, or before the engine says)."""
+    if snap.end is not None:
+        return str(snap.end.get("status") or "stopped")
+    if snap.header is None:
+        return "starting"
+    last = snap.events[-1] if snap.events else None
+    if last is not None and last.get("kind") == "pause":
+        return "paused"
+    return "running"
+
+
+def display_state(snap: Snapshot, engine_state: str | None, *, pausing: bool = False) -> str:
+    """The live state from the engine's control, falling back to the records."""
+    state = engine_state if engine_state not in (None, "idle") else derived_state(snap)
+    if pausing and state not in ("paused", "completed", "stopped", "failed"):
+        return "pausing"
+    return state or derived_state(snap)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    step: int | None
+    total_steps: int | None
+    epoch: float | None
+    epochs: int | None
+    eta_s: float | None
+
+    @property
+    def fraction(self) -> float | None:
+        if self.step is None or not self.total_steps:
+            return None
+        return max(0.0, min(1.0, self.step / self.total_steps))
+
+
+def progress(snap: Snapshot) -> Progress:
+    """Step and epoch progress, and the ETA from the median of recent step times."""
+    header = snap.header or {}
+    latest = snap.latest or {}
+    total = header.get("total_steps")
+    step = latest.get("step")
+    if step is None and snap.last_eval is not None:
+        step = snap.last_eval.get("step")
+    epochs = config_section(snap, "train").get("epochs")
+    epoch = latest.get("epoch")
+    eta = None
+    recent = snap.get("step_time_s").ys[-5:]
+    step_time = median(recent)
+    if snap.end is not None:
+        eta = 0.0 if snap.end.get("status") == "completed" else None
+    elif total and step is not None and step_time is not None:
+        eta = max(0, total - step) * step_time
+    return Progress(step, total, epoch, epochs, eta)
+
+
+def progress_bar(fraction: float | None, width: int) -> str:
+    """``█████░░░░░`` of `width` cells (eighths for the partial cell)."""
+    if width <= 0:
+        return ""
+    if fraction is None:
+        return "░" * width
+    cells = fraction * width
+    full = int(cells)
+    partial = " ▏▎▍▌▋▊▉"[int((cells - full) * 8)] if full < width else ""
+    bar = "█" * full + (partial if partial.strip() else "")
+    return bar + "░" * (width - len(bar))
+
+
+# ------------------------------------------------------------------------------ failure
+@dataclass(frozen=True, slots=True)
+class Failure:
+    message: str
+    hint: str
+    traceback: str | None
+
+
+def failure(snap: Snapshot) -> Failure | None:
+    """The run's failure (the error event the engine writes), or None."""
+    for rec in reversed(snap.events):
+        if rec.get("level") == "error" and rec.get("kind") == "failed":
+            message = str(rec.get("message") or "")
+            hint = str(rec.get("hint") or "")
+            suffix = f" ({hint})"
+            if hint and message.endswith(suffix):
+                message = message[: -len(suffix)]
+            return Failure(message, hint, rec.get("traceback"))
+    if snap.end is not None and snap.end.get("status") == "failed":
+        return Failure(str(snap.end.get("reason") or "the run failed"), "", None)
+    return None
+
+
+# ------------------------------------------------------------------------------ panels
+def no_scaler_reason(precision: str | None) -> str | None:
+    """Why a run has no GradScaler (None when it has one or the precision is unknown)."""
+    if precision == "bf16":
+        return (
+            "no GradScaler with bf16: bf16 keeps fp32's exponent range, so small "
+            "gradients do not underflow and need no loss scaling"
+        )
+    if precision == "fp32":
+        return "no GradScaler with fp32: full precision needs no loss scaling"
+    return None
+
+
+def last_overflow_step(skipped: Series) -> int | None:
+    """The last log point where the skipped-step count rose (an inf/NaN gradient)."""
+    prev = 0.0
+    last: int | None = None
+    for x, y in zip(skipped.xs, skipped.ys, strict=True):
+        if y > prev:
+            last = int(x)
+        prev = y
+    return last
+
+
+def data_wait_advice(
+    frac: float | None, data: Mapping[str, Any], device: str | None
+) -> tuple[str, str]:
+    """(verdict, hint): the engine's verdict (ok, warning above 10%, input-bound above 20%)
+    and the fix that fits this run's loader: workers, pinned memory or device-resident data."""
+    if frac is None or not math.isfinite(frac):
+        return "unknown", ""
+    verdict, engine_hint = engine_data_wait_verdict(frac)
+    if verdict == "ok":
+        return verdict, ""
+    return verdict, loader_hint(data, device) or engine_hint
+
+
+def loader_hint(data: Mapping[str, Any], device: str | None) -> str:
+    if not data:
+        return ""
+    if data.get("loader") == "device":
+        return (
+            "the data already lives on the device; the wait is batch indexing: "
+            "raise data.batch_size or check for another process using the device"
+        )
+    tips = []
+    workers = data.get("num_workers")
+    tips.append(f"raise data.num_workers (now {workers})" if workers is not None else "")
+    if str(device or "").startswith("cuda") and not data.get("pin_memory", True):
+        tips.append("set data.pin_memory=true")
+    tips.append("use data.loader='device' if the set fits in device memory")
+    return "; ".join(t for t in tips if t)
+
+
+def host_memory_bytes() -> int | None:
+    """Physical memory of this machine (for the CPU memory panel), or None."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def human_count(n: float | None) -> str:
+    """``824458`` -> ``"824k"``, ``11.2e6`` -> ``"11.2M"``."""
+    if n is None:
+        return DASH
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            value = n / div
+            return f"{value:.1f}{unit}" if value < 100 else f"{value:.0f}{unit}"
+    return f"{n:.0f}"
+
+
+def pick_unit(max_bytes: float) -> tuple[float, str]:
+    """A divisor and unit so byte values plot as readable numbers."""
+    for div, unit in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if max_bytes >= div:
+            return float(div), unit
+    return 1.0, "B"
