@@ -9,6 +9,7 @@ import argparse
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuitrain import __version__
@@ -39,7 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"tuitrain {__version__}")
-    p.add_argument("--preset", default=DEFAULT_PRESET, help="preset name or path to a .toml file")
+    p.add_argument(
+        "--preset", help=f"preset name or path to a .toml file (default {DEFAULT_PRESET})"
+    )
+    p.add_argument(
+        "--resume",
+        metavar="PATH|auto",
+        help="continue a run from a checkpoint; auto = newest complete one of --run-dir",
+    )
     p.add_argument("--list-presets", action="store_true", help="list presets and exit")
     p.add_argument("--no-ui", action="store_true", help="headless: line logs on stdout")
     p.add_argument(
@@ -123,7 +131,32 @@ def install_signal_handlers(control: Control) -> None:
     signal.signal(signal.SIGTERM, on_signal)
 
 
-def run_headless(cfg: Config) -> int:
+def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Config, dict[str, Any]]:
+    """The checkpoint's own config (plus overrides) and its state; the run dir is its run dir."""
+    from tuitrain.config import apply_overrides, config_from_dict
+    from tuitrain.engine.checkpoint import CheckpointError, find_latest, load_checkpoint
+
+    if args.resume == "auto":
+        if not args.run_dir:
+            raise UserError(
+                "--resume auto needs --run-dir: the run whose newest checkpoint to use."
+            )
+        path = find_latest(Path(args.run_dir))
+    else:
+        path = Path(args.resume)
+    state = load_checkpoint(path)
+    preset = str(state.get("preset", "custom"))
+    if args.preset and Path(args.preset).stem != preset:
+        raise CheckpointError(
+            f"checkpoint {path} is of preset '{preset}', not '{args.preset}'; "
+            f"drop --preset or pass --preset {preset}."
+        )
+    run_dir = path.resolve().parent.parent  # <run_dir>/checkpoints/ckpt-stepN.pt
+    raw = apply_overrides(state["config"], [*overrides, f'run.run_dir="{run_dir}"'])
+    return config_from_dict(raw, name=preset), state
+
+
+def run_headless(cfg: Config, resume: dict[str, Any] | None = None) -> int:
     from tuitrain.engine.control import Control
     from tuitrain.engine.rundir import prepare_run_dir, write_resolved_config
     from tuitrain.engine.trainer import run
@@ -138,7 +171,7 @@ def run_headless(cfg: Config) -> int:
             JsonlSink(run_dir / "metrics.jsonl"), ConsoleSink(), ConsoleSink(log, log)
         )
         print(f"tuitrain {__version__}: preset {cfg.name}, run dir {run_dir}", flush=True)
-        result = run(cfg, sink, control, run_dir=run_dir)
+        result = run(cfg, sink, control, run_dir=run_dir, resume=resume)
         if result.traceback:
             log.write(result.traceback)
             print(result.traceback, file=sys.stderr)
@@ -162,7 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return list_presets()
     try:
         overrides = args.overrides + flag_overrides(args)
-        cfg = load_preset(args.preset, overrides)
+        if args.resume:
+            cfg, state = resume_config(args, overrides)
+            return run_headless(cfg, resume=state)
+        cfg = load_preset(args.preset or DEFAULT_PRESET, overrides)
         if args.no_ui:
             return run_headless(cfg)
         if not has_tty():

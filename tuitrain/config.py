@@ -113,6 +113,16 @@ class RunConfig:
 
 
 @dataclass(kw_only=True, slots=True)
+class CheckpointConfig:
+    every_steps: int = _f(0, "Save every N optimizer steps (0 = off).", min=0)
+    at_epoch_end: bool = _f(True, "Save at the end of each epoch (after evaluation).")
+    on_stop: bool = _f(True, "Save when stopped (SIGTERM, SIGINT, quit from the UI).")
+    keep: int = _f(
+        3, "Keep the newest K checkpoints; older ones go once a new one is whole.", min=1
+    )
+
+
+@dataclass(kw_only=True, slots=True)
 class DistributedConfig:
     timeout_s: float = _f(300.0, "Process-group timeout: a dead rank ends the job after it.", gt=0)
 
@@ -125,6 +135,7 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     name: str = "custom"  # the preset's name (file stem); not a TOML key
 

@@ -34,3 +34,47 @@ def tiny_mlp(num_classes: int) -> nn.Module:
 
 def not_a_model(num_classes: int) -> str:
     return "oops"
+
+
+class _InfGrad(torch.autograd.Function):
+    """Identity forward; an infinite gradient backward (a finite loss, overflowing grads)."""
+
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+        return grad * float("inf")
+
+
+class InfGradModel(nn.Module):
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(784, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _InfGrad.apply(self.net(x))  # the weights' gradients come out infinite
+
+
+def inf_grad_model(num_classes: int) -> nn.Module:
+    return InfGradModel(num_classes)
+
+
+class OOMAfter(nn.Module):
+    """Raises torch.OutOfMemoryError on its third training forward (an injected CUDA OOM)."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(784, num_classes))
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += self.training
+        if self.calls == 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return self.net(x)
+
+
+def oom_model(num_classes: int) -> nn.Module:
+    return OOMAfter(num_classes)

@@ -36,14 +36,33 @@ class IntervalMeter:
         self.restart()
 
     def restart(self) -> None:
-        """Begin a new interval now (after a sync, compile, eval or pause)."""
+        """Begin a new log interval: a fresh loss window and a fresh clock."""
         self._loss_sum = torch.zeros((), device=self.device, dtype=torch.float32)
         self._micro_batches = 0
+        self.grad_norm: torch.Tensor | None = None
+        self.restart_clock()
+
+    def restart_clock(self) -> None:
+        """Restart the throughput clock only (after compile, eval or a pause): that time is
+        not training, but the losses of the interval still count."""
         self.samples = 0
         self.steps = 0
         self.data_wait_s = 0.0
-        self.grad_norm: torch.Tensor | None = None
         self._t0 = time.perf_counter()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The open interval's loss window and the skip counter (for exact resume)."""
+        return {
+            "loss_sum": self._loss_sum.detach().cpu().clone(),
+            "micro_batches": self._micro_batches,
+            "skipped": self._skipped_dev.detach().cpu().clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._loss_sum = state["loss_sum"].to(self.device)
+        self._micro_batches = int(state["micro_batches"])
+        self._skipped_dev = state["skipped"].to(self.device)
+        self.skipped_steps = int(self._skipped_dev.item())
 
     def add_micro(self, loss: torch.Tensor, batch_size: int) -> None:
         self._loss_sum += loss.detach().float()  # device add: no sync

@@ -1,0 +1,269 @@
+"""Checkpoints: exact resume in a new process, safe loading, crashes and full disks."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tuitrain.engine import run
+from tuitrain.engine.checkpoint import (
+    CheckpointError,
+    find_latest,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
+from tuitrain.metrics import NullSink
+
+ROOT = Path(__file__).resolve().parents[2]
+# 1024 images = 4 steps per epoch; 3 epochs = 12 steps; every step logged.
+SMALL = ["--set", "data.train_samples=1024", "--set", "data.val_samples=256",
+         "--epochs", "3", "--log-every", "1"]  # fmt: skip
+
+
+def tuitrain(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TUITRAIN_NO_DOWNLOAD": "1"}
+    return subprocess.run([sys.executable, "-m", "tuitrain", "--no-ui", *args],
+                          capture_output=True, text=True, env=env, timeout=timeout)  # fmt: skip
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    out = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec["type"] == "train":
+            out[rec["step"]] = rec["loss"]
+    return out
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(find_latest(run_dir))["model"]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_resume_mid_epoch_is_bit_identical(tmp_path: Path, precision: str) -> None:
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    args = [
+        *SMALL,
+        "--precision",
+        precision,
+        "--set",
+        "checkpoint.every_steps=5",
+        "--set",
+        "checkpoint.keep=20",
+    ]
+    proc = tuitrain(*args, "--run-dir", str(straight))
+    assert proc.returncode == 0, proc.stderr
+    # step 5 is mid-epoch (epoch 1, step 1 of 4): resume from it in a fresh process
+    (resumed / "checkpoints").mkdir(parents=True)
+    ckpt = resumed / "checkpoints" / "ckpt-step00000005.pt"
+    shutil.copy(straight / "checkpoints" / "ckpt-step00000005.pt", ckpt)
+    proc = tuitrain("--resume", str(ckpt))
+    assert proc.returncode == 0, proc.stderr
+    a, b = losses(straight), losses(resumed)
+    assert sorted(b) == list(range(6, 13))  # nothing repeated, nothing skipped
+    assert all(a[step] == b[step] for step in b), (a, b)  # bit-identical floats
+    wa, wb = final_weights(straight), final_weights(resumed)
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    if precision == "fp16":
+        state = load_checkpoint(find_latest(resumed))
+        assert state["scaler"]["scale"] > 0
+
+
+def test_sigterm_saves_and_resume_continues_at_the_next_step(tmp_path: Path) -> None:
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert tuitrain(*SMALL, "--run-dir", str(straight)).returncode == 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuitrain", "--no-ui", *SMALL, "--run-dir", str(stopped),
+         "--set", "train.pace_s=0.2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not proc.stdout.readline().startswith("step     2"):
+        pass
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    k = load_checkpoint(find_latest(stopped))["step"]
+    assert 2 <= k < 12
+    proc2 = tuitrain("--resume", "auto", "--run-dir", str(stopped))
+    assert proc2.returncode == 0, proc2.stderr
+    records = [json.loads(x) for x in (stopped / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in records if r["type"] == "train"]
+    assert steps == list(range(1, 13)), "a step was repeated or skipped"
+    assert any(r.get("kind") == "resume" for r in records)
+    a, b = losses(straight), losses(stopped)
+    assert all(a[s] == b[s] for s in range(k + 1, 13))
+
+
+def test_pickle_payload_is_refused_without_running(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    script = textwrap.dedent(f"""
+        import os, torch
+        class Evil:
+            def __reduce__(self):
+                return (os.system, ("touch {marker}",))
+        torch.save({{"model": Evil(), "step": 1}}, "{tmp_path / "evil.pt"}")
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True)
+    with pytest.raises(CheckpointError, match="was refused"):
+        load_checkpoint(tmp_path / "evil.pt")
+    assert not marker.exists()
+
+
+def test_truncated_and_empty_files_are_refused(tmp_path: Path) -> None:
+    good = save_checkpoint(tmp_path, {"model": {"w": torch.ones(1000)}, "step": 1}, keep=3)
+    data = good.read_bytes()
+    (tmp_path / "checkpoints" / "ckpt-step00000002.pt").write_bytes(data[: len(data) // 2])
+    (tmp_path / "empty.pt").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load_checkpoint(tmp_path / "checkpoints" / "ckpt-step00000002.pt")
+    with pytest.raises(CheckpointError, match="is empty"):
+        load_checkpoint(tmp_path / "empty.pt")
+    assert find_latest(tmp_path) == good  # auto skips the truncated newer one
+
+
+def test_kill_9_during_save_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
+    script = textwrap.dedent(f"""
+        import time, torch
+        from pathlib import Path
+        from tuitrain.engine import checkpoint
+        run_dir = Path("{tmp_path}")
+        checkpoint.save_checkpoint(run_dir, {{"model": {{"w": torch.ones(10)}}, "step": 1}}, 3)
+        real_save = torch.save
+        def slow_save(obj, f):
+            f.write(b"PK partial bytes")
+            f.flush()
+            print("writing", flush=True)
+            time.sleep(60)
+        checkpoint.torch.save = slow_save
+        checkpoint.save_checkpoint(run_dir, {{"model": {{"w": torch.zeros(10)}}, "step": 2}}, 3)
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            env=env)  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
+    proc.kill()  # SIGKILL in the middle of the write
+    proc.wait(timeout=10)
+    folder = tmp_path / "checkpoints"
+    assert list(folder.glob(".ckpt-step00000002.pt.tmp-*")), "the half-written temp file"
+    latest = find_latest(tmp_path)
+    assert latest.name == "ckpt-step00000001.pt"
+    assert torch.equal(load_checkpoint(latest)["model"]["w"], torch.ones(10))
+    # the next save removes the dead process's temp file
+    save_checkpoint(tmp_path, {"model": {"w": torch.ones(1)}, "step": 3}, keep=3)
+    assert not list(folder.glob(".ckpt-*.tmp-*"))
+
+
+def test_full_disk_leaves_earlier_checkpoints_and_no_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = save_checkpoint(tmp_path, {"model": {"w": torch.ones(4)}, "step": 1}, keep=1)
+
+    def full_disk(obj: object, f: object) -> None:
+        f.write(b"some bytes")  # type: ignore[attr-defined]
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("tuitrain.engine.checkpoint.torch.save", full_disk)
+    with pytest.raises(OSError):
+        save_checkpoint(tmp_path, {"model": {"w": torch.zeros(4)}, "step": 2}, keep=1)
+    folder = tmp_path / "checkpoints"
+    assert sorted(p.name for p in folder.iterdir()) == ["ckpt-step00000001.pt", "latest"]
+    assert torch.equal(load_checkpoint(first)["model"]["w"], torch.ones(4))
+
+
+def test_failed_save_during_training_is_reported_and_training_goes_on(
+    tiny_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full_disk(obj: object, f: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("tuitrain.engine.checkpoint.torch.save", full_disk)
+    events: list[dict] = []
+
+    class Capture(NullSink):
+        def write(self, record: dict) -> None:
+            events.append(record)
+
+    result = run(tiny_config("train.max_steps=4", "checkpoint.every_steps=2"), Capture(),
+                 run_dir=tmp_path)  # fmt: skip
+    assert result.status == "completed"
+    failed = [e for e in events if e.get("kind") == "checkpoint_failed"]
+    assert failed and "No space left on device" in failed[0]["message"]
+    assert not list((tmp_path / "checkpoints").glob(".ckpt-*"))
+
+
+def test_keep_last_k(tiny_config, tmp_path: Path) -> None:
+    run(tiny_config("train.max_steps=8", "checkpoint.every_steps=1", "checkpoint.keep=2"),
+        NullSink(), run_dir=tmp_path)  # fmt: skip
+    names = [p.name for p in list_checkpoints(tmp_path / "checkpoints")]
+    assert names == ["ckpt-step00000008.pt", "ckpt-step00000007.pt"]
+    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == names[0]
+    state = load_checkpoint(find_latest(tmp_path))
+    assert not any(k.startswith(("_orig_mod.", "module.")) for k in state["model"])
+    assert {"optimizer", "scheduler", "rng", "config", "epoch_step", "versions"} <= set(state)
+
+
+def test_checkpoint_of_another_model_or_preset_is_refused(tiny_config, tmp_path: Path) -> None:
+    run(tiny_config("train.max_steps=2"), NullSink(), run_dir=tmp_path)
+    state = load_checkpoint(find_latest(tmp_path))
+    other = run(tiny_config("model.name=mlp"), NullSink(), resume=state)
+    assert other.exit_code == 2 and "does not fit this model" in other.reason
+    proc = tuitrain("--resume", str(find_latest(tmp_path)), "--preset", "fashion-bf16")
+    assert proc.returncode == 2
+    assert "is of preset 'fashion-mini', not 'fashion-bf16'" in proc.stderr
+
+
+def test_nan_leaves_the_last_good_checkpoint_untouched(tiny_config, tmp_path: Path) -> None:
+    cfg = tiny_config("model.name=tests.engine.models_for_tests:nan_model",
+                      "checkpoint.every_steps=1", "train.max_steps=6")  # fmt: skip
+    result = run(cfg, NullSink(), run_dir=tmp_path)
+    assert result.exit_code == 1 and "at step 3" in result.reason
+    assert load_checkpoint(find_latest(tmp_path))["step"] == 2  # saved before the NaN
+
+
+def test_injected_oom_gives_advice_and_releases(tiny_config) -> None:
+    cfg = tiny_config("model.name=tests.engine.models_for_tests:oom_model", "train.max_steps=6")
+    events: list[dict] = []
+
+    class Capture(NullSink):
+        def write(self, record: dict) -> None:
+            events.append(record)
+
+    result = run(cfg, Capture())
+    assert result.status == "failed" and result.exit_code == 1
+    assert result.reason == "out of memory at step 3 (batch 256)"
+    error = [e for e in events if e.get("level") == "error"][0]
+    assert "batch_size" in error["hint"] and "grad_accum" in error["hint"]
+    assert "bf16" in error["hint"]
+
+
+def test_fp16_overflow_skips_are_counted_and_collapse_warns(tiny_config) -> None:
+    events: list[dict] = []
+
+    class Capture(NullSink):
+        def write(self, record: dict) -> None:
+            events.append(record)
+
+    cfg = tiny_config("model.name=tests.engine.models_for_tests:inf_grad_model",
+                      "train.precision=fp16", "train.max_steps=18", "train.log_every=18",
+                      "data.train_samples=4608")  # fmt: skip
+    result = run(cfg, Capture())
+    assert result.status == "completed"
+    train = [e for e in events if e["type"] == "train"][-1]
+    assert train["skipped_steps"] == 18  # every step overflowed and was skipped
+    assert train["grad_scale"] == 65536.0 / 2**18
+    assert any(e.get("kind") == "overflow" for e in events)

@@ -1,0 +1,192 @@
+"""Checkpoints that never lose a run: atomic writes, safe loads, exact resume.
+
+Write: a temp file in the same directory, fsync, rename, fsync the directory, then move the
+`latest` pointer, then prune old ones. A crash at any point leaves the earlier checkpoints
+whole. Read: `torch.load(weights_only=True)` only: a file carrying a pickle payload is
+refused, never retried with `weights_only=False`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import random
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tuitrain.errors import UserError
+
+CKPT_DIR = "checkpoints"
+LATEST = "latest"
+_NAME = re.compile(r"^ckpt-step(\d{8})\.pt$")
+
+
+class CheckpointError(UserError):
+    """A checkpoint that cannot be read or used (exit 2: it is an input problem)."""
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    return run_dir / CKPT_DIR
+
+
+def checkpoint_name(step: int) -> str:
+    return f"ckpt-step{step:08d}.pt"
+
+
+# ----------------------------------------------------------------------------- RNG state
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, numpy and torch (CPU and CUDA) generator states, as weights_only-safe types."""
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": [np_name, torch.from_numpy(np_keys.copy()), np_pos, np_has_gauss, np_gauss],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, gauss_np = state["numpy"]
+    np.random.set_state((name, keys.numpy(), pos, has_gauss, gauss_np))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ----------------------------------------------------------------------------- save
+
+
+def _fsync_dir(folder: Path) -> None:
+    with contextlib.suppress(OSError):  # not every filesystem lets a directory be fsynced
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _write_atomic(path: Path, write: Any) -> None:
+    """Write through `write(file)` into a temp file beside `path`, fsync, rename."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    _fsync_dir(path.parent)
+
+
+def save_checkpoint(run_dir: Path, state: dict[str, Any], keep: int) -> Path:
+    """Save atomically as ckpt-step<N>.pt, point `latest` at it, keep the newest `keep`."""
+    folder = checkpoint_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / checkpoint_name(int(state["step"]))
+    _write_atomic(path, lambda f: torch.save(state, f))
+    _write_atomic(folder / LATEST, lambda f: f.write(path.name.encode() + b"\n"))
+    prune(folder, keep)
+    return path
+
+
+def prune(folder: Path, keep: int) -> None:
+    """Delete all but the newest `keep` complete checkpoints, and stale temp files."""
+    for stale in folder.glob(".ckpt-step*.tmp-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid != str(os.getpid()):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+    for old in list_checkpoints(folder)[keep:]:
+        with contextlib.suppress(OSError):
+            old.unlink()
+
+
+def list_checkpoints(folder: Path) -> list[Path]:
+    """Complete checkpoints (temp files never match), newest step first."""
+    found = [p for p in folder.glob("ckpt-step*.pt") if _NAME.match(p.name)]
+    return sorted(found, key=lambda p: p.name, reverse=True)
+
+
+# ----------------------------------------------------------------------------- load
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Load with weights_only=True; every way a file can be bad is one clear sentence."""
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist.")
+    if path.stat().st_size == 0:
+        raise CheckpointError(
+            f"checkpoint {path} is empty (a save was interrupted?); "
+            "use --resume auto to pick the newest complete one."
+        )
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if "Unpickler error" in ln]
+        first = (lines[0] if lines else str(exc).strip().splitlines()[0])[:200]
+        raise CheckpointError(
+            f"checkpoint {path} was refused: it holds objects other than tensors and plain "
+            f"data, which could run code when loaded ({first}); only load files you trust."
+        ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as exc:
+        raise CheckpointError(
+            f"checkpoint {path} is truncated or corrupt ({type(exc).__name__}); "
+            "use --resume auto to pick the newest complete one."
+        ) from None
+    if not isinstance(state, dict) or "model" not in state or "step" not in state:
+        raise CheckpointError(f"{path} is not a tuitrain checkpoint (no model/step in it).")
+    return state
+
+
+def find_latest(run_dir: Path) -> Path:
+    """The newest checkpoint of `run_dir` that loads; truncated ones are skipped."""
+    folder = checkpoint_dir(run_dir)
+    candidates = list_checkpoints(folder) if folder.is_dir() else []
+    for path in candidates:
+        try:
+            load_checkpoint(path)
+        except CheckpointError:
+            continue
+        return path
+    raise CheckpointError(
+        f"no complete checkpoint in {folder}; pass --run-dir of a run that saved one, "
+        "or --resume PATH."
+    )
+
+
+def check_compatible(state: dict[str, Any], model: torch.nn.Module, preset: str) -> None:
+    """Refuse a checkpoint of another preset or model, naming the mismatch."""
+    saved_preset = state.get("preset")
+    if saved_preset and saved_preset != preset:
+        raise CheckpointError(
+            f"checkpoint is of preset '{saved_preset}', this run is '{preset}'; "
+            f"resume with --preset {saved_preset} or start a new run."
+        )
+    own = model.state_dict()
+    saved = state["model"]
+    missing = sorted(set(own) - set(saved))
+    extra = sorted(set(saved) - set(own))
+    if missing or extra:
+        what = f"missing {missing[:3]}" if missing else f"unexpected {extra[:3]}"
+        raise CheckpointError(f"checkpoint does not fit this model: {what} parameters.")
+    for key, tensor in own.items():
+        if tuple(saved[key].shape) != tuple(tensor.shape):
+            raise CheckpointError(
+                f"checkpoint does not fit this model: {key} has shape "
+                f"{tuple(saved[key].shape)} there and {tuple(tensor.shape)} here."
+            )

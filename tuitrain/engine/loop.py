@@ -1,0 +1,298 @@
+"""The training loop of one run: the step, the epoch, evaluation, log points.
+
+The step in `Trainer.train_step` reads top to bottom: forward under autocast, loss, scaled
+backward, unscale, clip, step/update, zero_grad. The loop polls the control object at step
+boundaries and writes records into a sink; it never calls UI code.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tuitrain.config import Config
+from tuitrain.engine.control import Control
+from tuitrain.engine.device import synchronize
+from tuitrain.engine.meter import SCALE_FLOOR, IntervalMeter, data_wait_verdict
+from tuitrain.engine.profiling import StepProfiler
+from tuitrain.engine.setup import DistInfo, RunParts
+from tuitrain.errors import TrainingError
+from tuitrain.metrics.sinks import Sink
+
+# The GradScaler skips optimizer.step() on overflow; the schedule still advances (on purpose:
+# the step counter is the schedule's clock), which torch reports as a misuse. It is not.
+warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
+
+
+def event(
+    message: str, level: str = "info", kind: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    return {"type": "event", "level": level, "message": message, "kind": kind, **extra}
+
+
+class Trainer:
+    """Owns the parts of one run and the loop state (step, epoch, position in the epoch)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        parts: RunParts,
+        sink: Sink,
+        control: Control,
+        dist: DistInfo,
+        run_dir: Path | None,
+    ) -> None:
+        self.cfg, self.parts, self.sink, self.control = cfg, parts, sink, control
+        self.dist, self.run_dir = dist, run_dir
+        self.criterion = nn.CrossEntropyLoss()
+        self.meter = IntervalMeter(parts.device, parts.precision, dist.world_size)
+        self.profiler = StepProfiler(parts.device, run_dir)
+        self.step = 0
+        self.epoch = 0
+        self.epoch_step = 0  # optimizer steps done in the current epoch
+        self.last_saved_step = -1
+        self.state_sound = True  # False while a step is half applied
+        self.start_step = 0
+        self.samples = 0
+        self.val_acc: float | None = None
+        self.val_loss: float | None = None
+        self.throughputs: list[float] = []
+        # NaN checks need the loss on the host: free on CPU, a sync on CUDA, so there the
+        # check runs at log points only.
+        self.check_every_step = parts.device.type == "cpu"
+        self.batch_size = cfg.data.batch_size
+        if cfg.train.profile_steps:
+            self.profiler.request(cfg.train.profile_steps)
+
+    # ---------------------------------------------------------------- the step
+    def train_step(self, batches: Any, need_grad_norm: bool) -> None:
+        p, model, optimizer = self.parts, self.parts.train_model, self.parts.optimizer
+        accum = self.cfg.optim.grad_accum
+        for _micro in range(accum):
+            t0 = time.perf_counter()
+            x, y = next(batches)  # the time blocked here is the data wait
+            self.meter.data_wait_s += time.perf_counter() - t0
+            with p.precision.autocast():
+                logits = model(x)
+                loss = self.criterion(logits, y)
+            if self.check_every_step and not torch.isfinite(loss):
+                raise self.nonfinite_loss(loss)
+            p.precision.scale(loss / accum).backward()
+            self.meter.add_micro(loss, x.shape[0])
+        if need_grad_norm or self.cfg.optim.grad_clip > 0:
+            p.precision.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+            max_norm = self.cfg.optim.grad_clip or math.inf
+            self.meter.grad_norm = nn.utils.clip_grad_norm_(p.model.parameters(), max_norm)
+        scale_before = self.meter.note_scale_before_step()
+        p.precision.step(optimizer)  # fp16: skipped on inf/NaN grads, then scale update
+        self.meter.note_scale_after_step(scale_before)
+        optimizer.zero_grad(set_to_none=True)
+        self.lr = p.scheduler.get_last_lr()[0]  # the rate this step used (a Python float)
+        p.scheduler.step()
+        self.meter.steps += 1
+
+    def nonfinite_loss(self, loss: torch.Tensor) -> TrainingError:
+        return TrainingError(
+            f"the loss is {loss.item()} at step {self.step + 1}; stopped before the optimizer step",
+            hint="lower optim.lr, set optim.grad_clip (e.g. 1.0), or use --precision bf16/fp32",
+            step=self.step + 1,
+        )
+
+    # ---------------------------------------------------------------- the loop
+    def fit(self) -> str:
+        """Train until max_steps, the last epoch or a stop request; returns the end status."""
+        p = self.parts
+        self.control.state = "compiling" if p.compiled else "running"
+        if p.compiled:
+            self.sink.write(
+                event("compiling the model with torch.compile (first step)", kind="compile")
+            )
+        self.start_step = self.step  # the first step of this process compiles
+        status = "completed"
+        while self.epoch < self.cfg.train.epochs and self.step < p.total_steps:
+            status = self.run_epoch()
+            if status != "completed":
+                break
+        if status == "completed" or self.cfg.checkpoint.on_stop:
+            self.save("stop" if status == "stopped" else "end of training")
+        return status
+
+    def run_epoch(self) -> str:
+        p = self.parts
+        start = self.epoch_step * self.cfg.optim.grad_accum  # a resumed run skips what it did
+        batches = iter(p.data.train.batches(self.epoch, start=start))
+        for _ in range(self.epoch_step, p.steps_per_epoch):
+            if self.control.stop_requested:
+                return "stopped"
+            if self.control.paused:
+                self.pause()
+            if self.control.stop_requested:
+                return "stopped"
+            if self.step >= p.total_steps:
+                return "completed"
+            self.one_step(batches)
+        self.epoch += 1
+        self.epoch_step = 0
+        if self.cfg.train.eval_every_epoch or self.step >= p.total_steps:
+            self.evaluate()
+        if self.cfg.checkpoint.at_epoch_end:
+            self.save("epoch end")
+        return "completed"
+
+    def one_step(self, batches: Any) -> None:
+        p = self.parts
+        log_every = self.cfg.train.log_every
+        is_log = (self.step + 1) % log_every == 0 or self.step + 1 == p.total_steps
+        first = self.step == self.start_step and p.compiled
+        self.profiler.maybe_start(self.control.take_profile_request() or None, self.step)
+        self.state_sound = False
+        self.train_step(batches, need_grad_norm=is_log)
+        self.step += 1
+        self.epoch_step += 1
+        self.state_sound = True
+        self.samples += self.batch_size * self.cfg.optim.grad_accum * self.dist.world_size
+        self.profiler.after_step(self.sink)
+        if self.cfg.train.pace_s:
+            time.sleep(self.cfg.train.pace_s)
+        if first:
+            self.compile_done()
+        elif is_log:
+            self.log_point()
+        every = self.cfg.checkpoint.every_steps
+        if every and self.step % every == 0:
+            self.save(f"every {every} steps")
+        if self.control.take_checkpoint_request():
+            self.save("requested")
+
+    def compile_done(self) -> None:
+        synchronize(self.parts.device)  # sync point: the compile time is measured to here
+        seconds = time.perf_counter() - self.meter._t0
+        self.sink.write(
+            event(
+                f"torch.compile done in {seconds:.1f} s (first step, not counted in throughput)",
+                kind="compile_done",
+                seconds=round(seconds, 2),
+            )
+        )
+        self.control.state = "running"
+        self.meter.restart_clock()
+
+    def log_point(self) -> None:
+        record = self.meter.record(self.step, self.fractional_epoch(), self.samples, self.lr)
+        if record["loss"] is None:
+            raise TrainingError(
+                f"the loss became NaN or Inf before step {self.step}",
+                hint="lower optim.lr, set optim.grad_clip (e.g. 1.0), or use --precision bf16/fp32",
+                step=self.step,
+            )
+        self.sink.write(record)
+        self.throughputs.append(record["samples_per_s"])
+        self.diagnose(record)
+
+    def diagnose(self, record: dict[str, Any]) -> None:
+        verdict, hint = data_wait_verdict(record["data_wait_frac"])
+        if (
+            verdict != "ok"
+            and self.step // self.cfg.train.log_every in (1, 2)
+            or (verdict == "input-bound" and self.step % (self.cfg.train.log_every * 50) == 0)
+        ):
+            pct = 100 * record["data_wait_frac"]
+            kind = "input_bound" if verdict == "input-bound" else "data_wait"
+            self.sink.write(
+                event(
+                    f"data wait {pct:.0f}% of step time ({verdict}): {hint}",
+                    level="warning",
+                    kind=kind,
+                )
+            )
+        scale = record["grad_scale"]
+        if scale is not None and scale < SCALE_FLOOR:
+            self.sink.write(
+                event(
+                    f"GradScaler scale collapsed to {scale:g} "
+                    f"(skipped {record['skipped_steps']} steps): "
+                    "gradients overflow fp16 again and again; try --precision bf16 or a lower lr",
+                    level="warning",
+                    kind="overflow",
+                )
+            )
+
+    def fractional_epoch(self) -> float:
+        return self.step / self.parts.steps_per_epoch
+
+    def pause(self) -> None:
+        self.control.state = "paused"
+        self.sink.write(event(f"paused at step {self.step}", kind="pause"))
+        self.control.wait_while_paused()
+        self.control.state = "running"
+        if not self.control.stop_requested:
+            self.sink.write(event(f"resumed at step {self.step}", kind="resume"))
+        self.meter.restart_clock()  # paused time is not training time
+
+    # ---------------------------------------------------------------- evaluation
+    def evaluate(self) -> None:
+        """Validation loss and accuracy under inference_mode; one sync at the end."""
+        p = self.parts
+        self.control.state = "evaluating"
+        p.train_model.eval()
+        loss_sum = torch.zeros((), device=p.device)
+        correct = torch.zeros((), device=p.device, dtype=torch.int64)
+        count = 0
+        with torch.inference_mode(), p.precision.autocast():
+            for x, y in p.data.val.batches(0):
+                logits = p.train_model(x)
+                loss_sum += nn.functional.cross_entropy(logits.float(), y, reduction="sum")
+                correct += (logits.argmax(dim=1) == y).sum()
+                count += y.shape[0]
+        p.train_model.train()
+        self.val_loss = loss_sum.item() / max(count, 1)  # sync point: once per evaluation
+        self.val_acc = correct.item() / max(count, 1)
+        self.sink.write(
+            {
+                "type": "eval",
+                "step": self.step,
+                "epoch": round(self.fractional_epoch(), 4),
+                "val_loss": self.val_loss,
+                "val_acc": self.val_acc,
+            }
+        )
+        self.control.state = "running"
+        self.meter.restart_clock()  # evaluation time is not training throughput
+
+    # ---------------------------------------------------------------- checkpoints
+    def save(self, reason: str) -> Path | None:
+        """Save a checkpoint (rank 0, with a run dir); a failed write never ends the run."""
+        if self.run_dir is None or not self.dist.is_main or self.last_saved_step == self.step:
+            return None
+        from tuitrain.engine.checkpoint import save_checkpoint
+        from tuitrain.engine.state import capture
+
+        try:
+            path = save_checkpoint(self.run_dir, capture(self), self.cfg.checkpoint.keep)
+        except OSError as exc:
+            self.sink.write(
+                event(
+                    f"checkpoint at step {self.step} failed ({exc.strerror or exc}); "
+                    "the earlier checkpoints are intact",
+                    level="error",
+                    kind="checkpoint_failed",
+                )
+            )
+            return None
+        self.last_saved_step = self.step
+        self.sink.write(
+            event(
+                f"checkpoint saved at step {self.step} ({reason}): {path}",
+                kind="checkpoint",
+                path=str(path),
+                step=self.step,
+            )
+        )
+        self.meter.restart_clock()  # the save is not training time
+        return path

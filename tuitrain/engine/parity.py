@@ -1,0 +1,478 @@
+"""The fp32-vs-mixed precision parity check (the seeds, article 000).
+
+Train the same model twice, once in float32 and once in mixed precision (bf16 or fp16), with
+identical initial weights, batch order and seed, and compare validation accuracy per epoch: a
+gap above 0.5 point means the mixed run is not the same training (often a custom layer or a
+loss working on tiny numbers). `parity()` runs in the engine's thread, like `run()`:
+
+1. early check: both precisions for the first `early_steps` steps with the loss logged every
+   step, then stopped; the largest relative loss difference is a warning within seconds;
+2. the fp32 run, then the mixed run: two full `run()` calls whose records are tagged
+   `"run": "fp32" | "mixed"` (`ParityStores` routes them into one MetricStore per run);
+3. the verdict: PASS (|gap| <= 0.5 point) or FAIL; ERROR when a run failed; none when
+   cancelled. A last `event` (kind "parity", phase "done") carries the whole result, and
+   `parity.json` is written into the run dir.
+
+Identical starts need no hook: `build_parts` seeds everything from `train.seed` before it
+builds the model, and the batch order depends only on (seed, epoch), never on the precision.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tuitrain.config import Config
+from tuitrain.engine.control import Control
+from tuitrain.engine.device import resolve_device
+from tuitrain.engine.precision import resolve_precision
+from tuitrain.engine.trainer import RunResult, event, run
+from tuitrain.errors import EXIT_FAILED, EXIT_OK, EXIT_PARITY_FAIL, UserError
+from tuitrain.metrics.sinks import NullSink, Sink, StoreSink, to_json_line
+from tuitrain.metrics.store import MetricStore, Snapshot
+
+THRESHOLD_POINTS = 0.5  # the seeds: "un écart de plus de 0,5 point signale un problème"
+EARLY_STEPS = 20
+# Same weights, same batches: per-step losses agree to a few % in bf16 (measured on
+# fashion-mini); a broken mixed run is off by tens of %.
+EARLY_WARN_REL_DIFF = 0.10
+MIXED_CHOICES = ("bf16", "fp16")
+RUNS = ("fp32", "mixed")
+_VAL_COUNT = re.compile(r"/ ([\d,]+) val\)")
+
+
+def gap_points(fp32_acc: float | None, mixed_acc: float | None) -> float | None:
+    """fp32 minus mixed, in accuracy points (positive: mixed is worse), without float noise."""
+    if fp32_acc is None or mixed_acc is None:
+        return None
+    return round(100.0 * (fp32_acc - mixed_acc), 6)
+
+
+@dataclass(slots=True)
+class EpochRow:
+    epoch: int
+    fp32_val_acc: float | None = None
+    mixed_val_acc: float | None = None
+    fp32_val_loss: float | None = None
+    mixed_val_loss: float | None = None
+
+    @property
+    def gap_points(self) -> float | None:
+        return gap_points(self.fp32_val_acc, self.mixed_val_acc)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "fp32_val_acc": self.fp32_val_acc,
+            "mixed_val_acc": self.mixed_val_acc,
+            "fp32_val_loss": self.fp32_val_loss,
+            "mixed_val_loss": self.mixed_val_loss,
+            "gap_points": self.gap_points,
+        }
+
+
+@dataclass(slots=True)
+class ParityResult:
+    """What the check measured; `verdict` and `exit_code` follow from it."""
+
+    preset: str
+    mixed: str  # the resolved mixed precision: bf16 | fp16
+    device: str
+    epochs: int
+    seed: int
+    status: str = "completed"  # completed | cancelled | failed
+    message: str = ""  # why it failed or was cancelled
+    per_epoch: list[EpochRow] = field(default_factory=list)
+    fp32_samples_per_s: float | None = None
+    mixed_samples_per_s: float | None = None
+    test_set_size: int | None = None
+    early_steps: int = 0
+    early_max_rel_loss_diff: float | None = None
+    early_losses: dict[str, list[float]] = field(default_factory=dict)
+    train_loss: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    threshold_points: float = THRESHOLD_POINTS
+    elapsed_s: float = 0.0
+
+    def final(self, key: str) -> float | None:
+        return getattr(self.per_epoch[-1], key) if self.per_epoch else None
+
+    @property
+    def gap_points(self) -> float | None:
+        return gap_points(self.final("fp32_val_acc"), self.final("mixed_val_acc"))
+
+    @property
+    def verdict(self) -> str | None:
+        """PASS, FAIL, ERROR (a run failed), or None (cancelled: nothing to judge)."""
+        if self.status == "cancelled":
+            return None
+        gap = self.gap_points
+        if self.status == "failed" or gap is None:
+            return "ERROR"
+        # |gap|: a mixed run *better* by more than the threshold is not the same training either
+        return "PASS" if abs(gap) <= self.threshold_points + 1e-9 else "FAIL"
+
+    @property
+    def speedup(self) -> float | None:
+        """Mixed samples/s over fp32 samples/s."""
+        fp32, mixed = self.fp32_samples_per_s, self.mixed_samples_per_s
+        return mixed / fp32 if fp32 and mixed else None
+
+    @property
+    def one_image_points(self) -> float | None:
+        """What one test image is worth, in accuracy points: the resolution of the verdict."""
+        return 100.0 / self.test_set_size if self.test_set_size else None
+
+    @property
+    def exit_code(self) -> int:
+        return {"PASS": EXIT_OK, "FAIL": EXIT_PARITY_FAIL}.get(self.verdict or "", EXIT_FAILED)
+
+    def summary(self) -> str:
+        """One line: the verdict, the numbers behind it, and their resolution."""
+        if self.verdict is None:
+            return f"parity cancelled: {self.message}"
+        if self.verdict == "ERROR":
+            return f"parity ERROR: {self.message}"
+        gap, n = self.gap_points or 0.0, self.test_set_size
+        resolution = (
+            f"{n:,} test images, one image = {self.one_image_points:.2f} point"
+            if n
+            else "test-set size unknown"
+        )
+        sign = "<=" if self.verdict == "PASS" else ">"
+        speed = f"{self.speedup:.2f}x" if self.speedup else "n/a"
+        return (
+            f"parity {self.verdict}: fp32 {100 * self.final('fp32_val_acc'):.2f}% vs "
+            f"{self.mixed} {100 * self.final('mixed_val_acc'):.2f}%, gap {gap:+.2f} point "
+            f"(|gap| {sign} {self.threshold_points}; {resolution}); speedup {speed}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "status": self.status,
+            "message": self.message,
+            "preset": self.preset,
+            "mixed": self.mixed,
+            "reference": "fp32 (TF32 off)",
+            "device": self.device,
+            "epochs": self.epochs,
+            "seed": self.seed,
+            "fp32_val_acc": self.final("fp32_val_acc"),
+            "mixed_val_acc": self.final("mixed_val_acc"),
+            "fp32_val_loss": self.final("fp32_val_loss"),
+            "mixed_val_loss": self.final("mixed_val_loss"),
+            "gap_points": self.gap_points,
+            "threshold_points": self.threshold_points,
+            "test_set_size": self.test_set_size,
+            "one_image_points": self.one_image_points,
+            "speedup": self.speedup,
+            "fp32_samples_per_s": self.fp32_samples_per_s,
+            "mixed_samples_per_s": self.mixed_samples_per_s,
+            "early_steps": self.early_steps,
+            "early_max_rel_loss_diff": self.early_max_rel_loss_diff,
+            "early_losses": self.early_losses,
+            "per_epoch": [row.to_json() for row in self.per_epoch],
+            "train_loss": {k: [list(p) for p in v] for k, v in self.train_loss.items()},
+            "elapsed_s": round(self.elapsed_s, 3),
+        }
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def resolve_mixed(cfg: Config, mixed: str | None = None) -> str:
+    """The mixed precision to compare: `mixed`, else the preset's bf16/fp16, else auto."""
+    if mixed is not None and mixed not in MIXED_CHOICES:
+        raise UserError(f"--mixed {mixed!r} is not a mixed precision; choose bf16 or fp16.")
+    device = resolve_device(cfg.train.device)
+    wanted = mixed or (cfg.train.precision if cfg.train.precision in MIXED_CHOICES else "auto")
+    name = resolve_precision(wanted, device)
+    if name not in MIXED_CHOICES:
+        raise UserError(
+            f"no mixed precision to compare on this {device.type}: preset {cfg.name} uses "
+            f"{cfg.train.precision!r} and bf16 is not supported here; pass --mixed fp16 "
+            "(emulated and slow on a CPU) or run on a GPU."
+        )
+    return name
+
+
+def parity_configs(cfg: Config, epochs: int, mixed: str) -> dict[str, Config]:
+    """The two configs: identical but for the precision (the fp32 one without TF32).
+
+    A step cap (train.max_steps) would end a run mid-epoch, without an evaluation; parity
+    needs one per epoch, so the cap becomes a shorter epoch: the first
+    ceil(max_steps / epochs) batches' worth of training samples.
+    """
+    train = replace(cfg.train, epochs=epochs, eval_every_epoch=True, max_steps=0, profile_steps=0)
+    data = cfg.data
+    if cfg.train.max_steps:
+        per_epoch = math.ceil(cfg.train.max_steps / epochs)
+        samples = per_epoch * cfg.data.batch_size * cfg.optim.grad_accum
+        data = replace(data, train_samples=min(data.train_samples or samples, samples))
+    base = replace(cfg, train=train, data=data)
+    return {
+        "fp32": replace(base, train=replace(train, precision="fp32", tf32=False)),
+        "mixed": replace(base, train=replace(train, precision=mixed)),
+    }
+
+
+# --------------------------------------------------------------------------- sinks, controls
+
+
+class RunRecorder(Sink):
+    """Tags one run's records with `"run"` (and `"early": true` in the early check), passes
+    them on, and keeps what the result needs; can stop the run after `stop_after` steps."""
+
+    def __init__(
+        self, sink: Sink, run_name: str, *, early: bool = False, stop_after: int = 0,
+        control: Control | None = None,
+    ) -> None:  # fmt: skip
+        self.sink, self.run_name, self.early = sink, run_name, early
+        self.stop_after, self.control = stop_after, control
+        self.header: Mapping[str, Any] | None = None
+        self.losses: list[tuple[int, float]] = []
+        self.evals: list[Mapping[str, Any]] = []
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        kind = record.get("type")
+        if kind == "header":
+            self.header = record
+        elif kind == "train" and record.get("loss") is not None:
+            self.losses.append((int(record["step"]), float(record["loss"])))
+        elif kind == "eval":
+            self.evals.append(record)
+        tag: dict[str, Any] = {"run": self.run_name, **({"early": True} if self.early else {})}
+        self.sink.write({**record, **tag})
+        if self.stop_after and kind == "train" and record["step"] >= self.stop_after:
+            assert self.control is not None
+            self.control.request_stop("early check done")
+
+    def flush(self) -> None:
+        self.sink.flush()
+
+
+class _ProbeControl(Control):
+    """The early check's control: stopped after its steps, or when the parity is cancelled;
+    pauses with the parity's control."""
+
+    def __init__(self, parent: Control) -> None:
+        super().__init__()
+        self.parent = parent
+
+    @property
+    def stop_requested(self) -> bool:
+        return super().stop_requested or self.parent.stop_requested
+
+    @property
+    def paused(self) -> bool:
+        return self.parent.paused
+
+    def wait_while_paused(self, poll_s: float = 0.1) -> None:
+        self.parent.wait_while_paused(poll_s)
+
+
+class ParityStores:
+    """One MetricStore per run, for a UI: overlaid loss curves, per-epoch evals, progress.
+
+    `sink()` routes records by their "run" tag; parity events (untagged) go to both stores;
+    early-check records to neither (their losses travel in the "early" parity event).
+    """
+
+    def __init__(self) -> None:
+        self.fp32 = MetricStore()
+        self.mixed = MetricStore()
+
+    def sink(self) -> Sink:
+        return _RouteByRun({"fp32": StoreSink(self.fp32), "mixed": StoreSink(self.mixed)})
+
+    def reset(self) -> None:
+        self.fp32.reset()
+        self.mixed.reset()
+
+
+class _RouteByRun(Sink):
+    def __init__(self, routes: dict[str, Sink]) -> None:
+        self.routes = routes
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        if record.get("early"):
+            return
+        route = self.routes.get(record.get("run", ""))
+        for sink in [route] if route else self.routes.values():
+            sink.write(record)
+
+
+def parity_result_of(snapshot: Snapshot) -> Mapping[str, Any] | None:
+    """The result dict of the last finished parity in a store's snapshot, if any."""
+    for rec in reversed(snapshot.events):
+        if rec.get("kind") == "parity" and rec.get("phase") in ("done", "cancelled"):
+            return rec.get("result")
+    return None
+
+
+# --------------------------------------------------------------------------- the check
+
+
+def parity(
+    cfg: Config,
+    epochs: int = 3,
+    mixed: str | None = None,
+    *,
+    sink: Sink | None = None,
+    control: Control | None = None,
+    run_dir: Path | None = None,
+    early_steps: int = EARLY_STEPS,
+) -> ParityResult:
+    """Run the parity check; bad input raises UserError, everything else is in the result."""
+    if epochs < 1:
+        raise UserError(f"--epochs {epochs} is out of range; parity needs at least 1 epoch.")
+    if early_steps < 0:
+        raise UserError(f"early_steps = {early_steps} must be >= 0.")
+    mixed = resolve_mixed(cfg, mixed)
+    check = _Check(cfg, parity_configs(cfg, epochs, mixed), sink or NullSink(), control)
+    check.result = ParityResult(
+        preset=cfg.name, mixed=mixed, device=str(resolve_device(cfg.train.device)),
+        epochs=epochs, seed=cfg.train.seed, early_steps=early_steps,
+    )  # fmt: skip
+    return check.execute(run_dir, early_steps)
+
+
+class _Check:
+    """One parity check in progress: the two configs, where records go, the result so far."""
+
+    result: ParityResult
+
+    def __init__(
+        self, cfg: Config, configs: dict[str, Config], sink: Sink, control: Control | None
+    ) -> None:
+        self.cfg, self.configs, self.sink = cfg, configs, sink
+        self.control = control or Control()
+
+    def label(self, name: str) -> str:
+        return "fp32" if name == "fp32" else self.result.mixed
+
+    def execute(self, run_dir: Path | None, early_steps: int) -> ParityResult:
+        started = time.perf_counter()
+        r = self.result
+        self.emit(
+            f"parity check: fp32 vs {r.mixed}, {r.epochs} epoch(s), seed {r.seed}, on {r.device}",
+            phase="start", mixed=r.mixed, epochs=r.epochs,
+        )  # fmt: skip
+        if early_steps:
+            self.early_check(early_steps)
+        for i, name in enumerate(RUNS):
+            if r.status != "completed":
+                break
+            self.emit(f"parity: training {self.label(name)} ({i + 1}/2)", phase="run", run=name)
+            self.train(name, run_dir / name if run_dir else None)
+        r.elapsed_s = time.perf_counter() - started
+        if r.status == "completed" and r.gap_points is None:
+            r.status, r.message = "failed", "a run ended without a validation accuracy"
+        self.finish(run_dir)
+        return r
+
+    def early_check(self, steps: int) -> None:
+        """Both precisions for `steps` steps, a loss every step; the schedule is the full
+        run's, so these are the very losses the full runs start with."""
+        for name in RUNS:
+            probe = _ProbeControl(self.control)
+            recorder = RunRecorder(self.sink, name, early=True, stop_after=steps, control=probe)
+            cfg = self.configs[name]
+            cfg = replace(cfg, train=replace(cfg.train, log_every=1, eval_every_epoch=False))
+            outcome = run(cfg, recorder, probe)
+            self.result.early_losses[self.label(name)] = [loss for _, loss in recorder.losses]
+            if not self.check_outcome(name, outcome, "in the early check"):
+                return
+        fp32, mixed = (self.result.early_losses[self.label(n)] for n in RUNS)
+        diff = max_rel_diff(fp32, mixed)
+        self.result.early_max_rel_loss_diff = diff
+        warn = diff is not None and diff > EARLY_WARN_REL_DIFF
+        shown = "n/a" if diff is None else f"{100 * diff:.1f}%"
+        self.emit(
+            f"early check: largest relative train-loss difference over the first "
+            f"{min(len(fp32), len(mixed))} steps: {shown}"
+            + (" (above 10%: expect a FAIL)" if warn else ""),
+            level="warning" if warn else "info", phase="early",
+            early_max_rel_loss_diff=diff, early_losses=self.result.early_losses,
+        )  # fmt: skip
+
+    def train(self, name: str, run_dir: Path | None) -> None:
+        recorder = RunRecorder(self.sink, name)
+        outcome = run(self.configs[name], recorder, self.control, run_dir=run_dir)
+        r = self.result
+        r.train_loss[self.label(name)] = recorder.losses
+        if name == "fp32":
+            r.fp32_samples_per_s = outcome.samples_per_s
+        else:
+            r.mixed_samples_per_s = outcome.samples_per_s
+        if recorder.header is not None and r.test_set_size is None:
+            r.test_set_size = count_test_images(recorder.header)
+        for i, rec in enumerate(recorder.evals):
+            if len(r.per_epoch) <= i:
+                r.per_epoch.append(EpochRow(epoch=i + 1))
+            setattr(r.per_epoch[i], f"{name}_val_acc", rec.get("val_acc"))
+            setattr(r.per_epoch[i], f"{name}_val_loss", rec.get("val_loss"))
+        self.check_outcome(name, outcome, "")
+
+    def check_outcome(self, name: str, outcome: RunResult, where: str) -> bool:
+        """False when the check cannot go on: cancelled, or the run failed (bad input raises)."""
+        if self.control.stop_requested:
+            self.result.status = "cancelled"
+            self.result.message = self.control.stop_reason or "cancelled"
+            return False
+        if outcome.status == "failed":
+            if isinstance(outcome.error, UserError):
+                raise outcome.error
+            self.result.status = "failed"
+            where = f" {where}" if where else ""
+            self.result.message = f"the {self.label(name)} run failed{where}: {outcome.reason}"
+            return False
+        return True
+
+    def finish(self, run_dir: Path | None) -> None:
+        r = self.result
+        level = {"PASS": "info", "FAIL": "warning", None: "info"}.get(r.verdict, "error")
+        phase = "cancelled" if r.verdict is None else "done"
+        self.emit(
+            r.summary(), level=level, phase=phase, verdict=r.verdict,
+            gap_points=r.gap_points, speedup=r.speedup, result=r.to_json(),
+        )  # fmt: skip
+        if run_dir is not None:
+            write_parity_json(r, run_dir)
+
+    def emit(self, message: str, level: str = "info", **extra: Any) -> None:
+        self.sink.write(event(message, level=level, kind="parity", **extra))
+
+
+def max_rel_diff(reference: list[float], other: list[float]) -> float | None:
+    """The largest |other - reference| / |reference| over the steps both have."""
+    pairs = list(zip(reference, other, strict=False))
+    if not pairs:
+        return None
+    return max(abs(b - a) / max(abs(a), 1e-12) for a, b in pairs)
+
+
+def count_test_images(header: Mapping[str, Any]) -> int | None:
+    """Validation images of a run, from its header record."""
+    count = header.get("val_samples")
+    if isinstance(count, int):
+        return count
+    match = _VAL_COUNT.search(str(header.get("data", "")))  # "(60,000 train / 10,000 val)"
+    return int(match.group(1).replace(",", "")) if match else None
+
+
+def write_parity_json(result: ParityResult, run_dir: Path) -> Path:
+    """`run_dir/parity.json`, written atomically (NaN/inf become null)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "parity.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(json.loads(to_json_line(result.to_json())), indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
