@@ -6,18 +6,15 @@ Imports torch and Textual lazily so `tuitrain --help` and `--list-presets` stay 
 from __future__ import annotations
 
 import argparse
-import signal
+import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tuitrain import __version__
 from tuitrain.config import DEFAULT_PRESET, Config, describe_presets, load_preset
-from tuitrain.errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, UserError
-
-if TYPE_CHECKING:
-    from tuitrain.engine.control import Control
+from tuitrain.errors import EXIT_USAGE, UserError
+from tuitrain.launch import resume_config, run_headless
 
 EXIT_CODES_HELP = """exit codes:
   0    completed            1    training failed (NaN loss, out of memory, a bug)
@@ -74,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-every", type=int, help="optimizer steps between log points")
     p.add_argument("--seed", type=int)
     p.add_argument("--profile-steps", type=int, help="profile N steps with torch.profiler")
+    p.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help="run N processes with DDP through torchrun (torch.distributed.run)",
+    )
     return p
 
 
@@ -102,6 +105,20 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
     return out
 
 
+def without_nproc(argv: list[str]) -> list[str]:
+    """The command line for each rank: the same, minus --nproc (ranks run headless)."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            out.append(arg)
+    return out if "--no-ui" in out else [*out, "--no-ui"]
+
+
 def list_presets() -> int:
     rows = describe_presets()
     width = max((len(name) for name, _ in rows), default=0)
@@ -113,70 +130,6 @@ def list_presets() -> int:
 
 def has_tty() -> bool:
     return sys.stdin.isatty() and sys.stderr.isatty() and sys.stdout.isatty()
-
-
-def install_signal_handlers(control: Control) -> None:
-    """SIGINT/SIGTERM: finish the current step, write the end, exit 130/143."""
-
-    def on_signal(signum: int, _frame: object) -> None:
-        name, code = (
-            ("SIGINT", EXIT_SIGINT) if signum == signal.SIGINT else ("SIGTERM", EXIT_SIGTERM)
-        )
-        if control.stop_requested:  # a second Ctrl-C: leave now
-            raise SystemExit(code)
-        print(f"tuitrain: {name} received, stopping after the current step", file=sys.stderr)
-        control.request_stop(f"stopped by {name}", exit_code=code)
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-
-
-def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Config, dict[str, Any]]:
-    """The checkpoint's own config (plus overrides) and its state; the run dir is its run dir."""
-    from tuitrain.config import apply_overrides, config_from_dict
-    from tuitrain.engine.checkpoint import CheckpointError, find_latest, load_checkpoint
-
-    if args.resume == "auto":
-        if not args.run_dir:
-            raise UserError(
-                "--resume auto needs --run-dir: the run whose newest checkpoint to use."
-            )
-        path = find_latest(Path(args.run_dir))
-    else:
-        path = Path(args.resume)
-    state = load_checkpoint(path)
-    preset = str(state.get("preset", "custom"))
-    if args.preset and Path(args.preset).stem != preset:
-        raise CheckpointError(
-            f"checkpoint {path} is of preset '{preset}', not '{args.preset}'; "
-            f"drop --preset or pass --preset {preset}."
-        )
-    run_dir = path.resolve().parent.parent  # <run_dir>/checkpoints/ckpt-stepN.pt
-    raw = apply_overrides(state["config"], [*overrides, f'run.run_dir="{run_dir}"'])
-    return config_from_dict(raw, name=preset), state
-
-
-def run_headless(cfg: Config, resume: dict[str, Any] | None = None) -> int:
-    from tuitrain.engine.control import Control
-    from tuitrain.engine.rundir import prepare_run_dir, write_resolved_config
-    from tuitrain.engine.trainer import run
-    from tuitrain.metrics.sinks import ConsoleSink, FanOutSink, JsonlSink
-
-    run_dir = prepare_run_dir(cfg)
-    write_resolved_config(run_dir, cfg)
-    control = Control()
-    install_signal_handlers(control)
-    with open(run_dir / "train.log", "a", encoding="utf-8") as log:
-        sink = FanOutSink(
-            JsonlSink(run_dir / "metrics.jsonl"), ConsoleSink(), ConsoleSink(log, log)
-        )
-        print(f"tuitrain {__version__}: preset {cfg.name}, run dir {run_dir}", flush=True)
-        result = run(cfg, sink, control, run_dir=run_dir, resume=resume)
-        if result.traceback:
-            log.write(result.traceback)
-            print(result.traceback, file=sys.stderr)
-        sink.close()
-    return result.exit_code
 
 
 def run_ui(cfg: Config, overrides: list[str]) -> int:
@@ -194,12 +147,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list_presets:
         return list_presets()
     try:
+        if args.nproc and "WORLD_SIZE" not in os.environ:
+            from tuitrain.launch import launch_nproc
+
+            return launch_nproc(args.nproc, without_nproc(argv))
         overrides = args.overrides + flag_overrides(args)
         if args.resume:
             cfg, state = resume_config(args, overrides)
             return run_headless(cfg, resume=state)
         cfg = load_preset(args.preset or DEFAULT_PRESET, overrides)
-        if args.no_ui:
+        if args.no_ui or int(os.environ.get("WORLD_SIZE", "1")) > 1:
             return run_headless(cfg)
         if not has_tty():
             print(

@@ -63,6 +63,8 @@ def test_resume_mid_epoch_is_bit_identical(tmp_path: Path, precision: str) -> No
         "--set",
         "checkpoint.keep=20",
     ]
+    if precision == "fp16":  # fp16 autocast is emulated on this CPU (slow): smaller batches
+        args += ["--set", "data.batch_size=64", "--set", "data.train_samples=256"]
     proc = tuitrain(*args, "--run-dir", str(straight))
     assert proc.returncode == 0, proc.stderr
     # step 5 is mid-epoch (epoch 1, step 1 of 4): resume from it in a fresh process

@@ -7,6 +7,7 @@ boundaries and writes records into a sink; it never calls UI code.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
@@ -59,13 +60,16 @@ class Trainer:
         self.last_saved_step = -1
         self.state_sound = True  # False while a step is half applied
         self.start_step = 0
+        self.stop_wanted = self.pause_wanted = self.checkpoint_wanted = False
         self.samples = 0
         self.val_acc: float | None = None
         self.val_loss: float | None = None
         self.throughputs: list[float] = []
         # NaN checks need the loss on the host: free on CPU, a sync on CUDA, so there the
         # check runs at log points only.
-        self.check_every_step = parts.device.type == "cpu"
+        # Under DDP the check runs at log points on the all-reduced loss, so that every rank
+        # stops together instead of one rank leaving the others in a collective.
+        self.check_every_step = parts.device.type == "cpu" and dist.world_size == 1
         self.batch_size = cfg.data.batch_size
         if cfg.train.profile_steps:
             self.profiler.request(cfg.train.profile_steps)
@@ -74,16 +78,19 @@ class Trainer:
     def train_step(self, batches: Any, need_grad_norm: bool) -> None:
         p, model, optimizer = self.parts, self.parts.train_model, self.parts.optimizer
         accum = self.cfg.optim.grad_accum
-        for _micro in range(accum):
+        for micro in range(accum):
             t0 = time.perf_counter()
             x, y = next(batches)  # the time blocked here is the data wait
             self.meter.data_wait_s += time.perf_counter() - t0
-            with p.precision.autocast():
-                logits = model(x)
-                loss = self.criterion(logits, y)
-            if self.check_every_step and not torch.isfinite(loss):
-                raise self.nonfinite_loss(loss)
-            p.precision.scale(loss / accum).backward()
+            # DDP: all-reduce the gradients only on the micro-batch that steps
+            no_sync = p.ddp is not None and micro < accum - 1
+            with p.ddp.no_sync() if no_sync else contextlib.nullcontext():  # type: ignore[union-attr]
+                with p.precision.autocast():
+                    logits = model(x)
+                    loss = self.criterion(logits, y)
+                if self.check_every_step and not torch.isfinite(loss):
+                    raise self.nonfinite_loss(loss)
+                p.precision.scale(loss / accum).backward()
             self.meter.add_micro(loss, x.shape[0])
         if need_grad_norm or self.cfg.optim.grad_clip > 0:
             p.precision.unscale_(optimizer)  # clip the true gradients, not the scaled ones
@@ -128,11 +135,10 @@ class Trainer:
         start = self.epoch_step * self.cfg.optim.grad_accum  # a resumed run skips what it did
         batches = iter(p.data.train.batches(self.epoch, start=start))
         for _ in range(self.epoch_step, p.steps_per_epoch):
-            if self.control.stop_requested:
-                return "stopped"
-            if self.control.paused:
+            self.poll_commands()
+            if self.pause_wanted and not self.stop_wanted:
                 self.pause()
-            if self.control.stop_requested:
+            if self.stop_wanted:
                 return "stopped"
             if self.step >= p.total_steps:
                 return "completed"
@@ -150,7 +156,7 @@ class Trainer:
         log_every = self.cfg.train.log_every
         is_log = (self.step + 1) % log_every == 0 or self.step + 1 == p.total_steps
         first = self.step == self.start_step and p.compiled
-        self.profiler.maybe_start(self.control.take_profile_request() or None, self.step)
+        self.profiler.maybe_start(None, self.step)
         self.state_sound = False
         self.train_step(batches, need_grad_norm=is_log)
         self.step += 1
@@ -167,7 +173,8 @@ class Trainer:
         every = self.cfg.checkpoint.every_steps
         if every and self.step % every == 0:
             self.save(f"every {every} steps")
-        if self.control.take_checkpoint_request():
+        if self.checkpoint_wanted:
+            self.checkpoint_wanted = False
             self.save("requested")
 
     def compile_done(self) -> None:
@@ -185,7 +192,11 @@ class Trainer:
 
     def log_point(self) -> None:
         record = self.meter.record(self.step, self.fractional_epoch(), self.samples, self.lr)
-        if record["loss"] is None:
+        if self.dist.world_size > 1:  # every rank gets the same mean loss, so the same verdict
+            from tuitrain.engine.distributed import gather_metrics
+
+            gather_metrics(record, self.dist, self.parts.device)
+        if record["loss"] is None or not math.isfinite(record["loss"]):
             raise TrainingError(
                 f"the loss became NaN or Inf before step {self.step}",
                 hint="lower optim.lr, set optim.grad_clip (e.g. 1.0), or use --precision bf16/fp32",
@@ -226,12 +237,38 @@ class Trainer:
     def fractional_epoch(self) -> float:
         return self.step / self.parts.steps_per_epoch
 
+    def poll_commands(self, force: bool = False) -> None:
+        """Read the control object. Alone: every step. Under DDP: an all-reduce right after
+        each log point (the same step on every rank), so all ranks act together."""
+        if self.dist.world_size == 1:
+            self.stop_wanted = self.control.stop_requested
+            self.pause_wanted = self.control.paused
+            self.checkpoint_wanted |= self.control.take_checkpoint_request()
+            self.profiler.request(self.control.take_profile_request())
+            return
+        if not force and self.step % self.cfg.train.log_every != 0:
+            return
+        from tuitrain.engine.distributed import agree_commands
+
+        agreed = agree_commands(self.control, self.dist, self.parts.device)
+        self.stop_wanted = bool(agreed["stop"])
+        self.pause_wanted = bool(agreed["pause"])
+        self.checkpoint_wanted |= bool(agreed["checkpoint"])
+        self.profiler.request(agreed["profile"])
+
     def pause(self) -> None:
+        """Wait, polling (a heartbeat collective under DDP), until resumed or stopped; a
+        checkpoint asked for meanwhile is saved at once."""
         self.control.state = "paused"
         self.sink.write(event(f"paused at step {self.step}", kind="pause"))
-        self.control.wait_while_paused()
+        while self.pause_wanted and not self.stop_wanted:
+            time.sleep(0.1)
+            self.poll_commands(force=True)
+            if self.checkpoint_wanted:
+                self.checkpoint_wanted = False
+                self.save("requested")
         self.control.state = "running"
-        if not self.control.stop_requested:
+        if not self.stop_wanted:
             self.sink.write(event(f"resumed at step {self.step}", kind="resume"))
         self.meter.restart_clock()  # paused time is not training time
 

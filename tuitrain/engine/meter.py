@@ -94,7 +94,7 @@ class IntervalMeter:
             "samples": samples_total,
             "loss": loss if math.isfinite(loss) else None,
             "lr": lr,
-            "samples_per_s": self.samples * self.world_size / wall,
+            "samples_per_s": self.samples / wall,  # this rank's; DDP sums across ranks
             "step_time_s": wall / max(self.steps, 1),
             "data_wait_s": self.data_wait_s,
             "data_wait_frac": min(self.data_wait_s / wall, 1.0),

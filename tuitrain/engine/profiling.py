@@ -24,7 +24,8 @@ class StepProfiler:
         self._prof: Any = None
 
     def request(self, steps: int) -> None:
-        self.pending = max(self.pending, steps)
+        if steps > 0:
+            self.pending = max(self.pending, steps)
 
     def maybe_start(self, steps: int | None, step: int) -> None:
         if steps:

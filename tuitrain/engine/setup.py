@@ -43,6 +43,7 @@ class RunParts:
     compiled: bool
     steps_per_epoch: int
     total_steps: int
+    ddp: nn.Module | None = None  # the DistributedDataParallel wrapper, for no_sync()
 
 
 def seed_everything(seed: int) -> None:
@@ -102,7 +103,7 @@ def build_parts(cfg: Config, dist: DistInfo) -> RunParts:
     model = model.to(device)
     if cfg.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    train_model = wrap_model(model, cfg, device, dist)
+    train_model, ddp = wrap_model(model, cfg, device, dist)
     optimizer = make_optimizer(list(model.parameters()), cfg.optim, device)
     steps_per_epoch = max(len(data.train) // cfg.optim.grad_accum, 1)
     total = steps_per_epoch * cfg.train.epochs
@@ -119,18 +120,22 @@ def build_parts(cfg: Config, dist: DistInfo) -> RunParts:
         compiled=want_compile(cfg, device),
         steps_per_epoch=steps_per_epoch,
         total_steps=total,
+        ddp=ddp,
     )
 
 
-def wrap_model(model: nn.Module, cfg: Config, device: torch.device, dist: DistInfo) -> nn.Module:
+def wrap_model(
+    model: nn.Module, cfg: Config, device: torch.device, dist: DistInfo
+) -> tuple[nn.Module, nn.Module | None]:
     """DDP wraps the module already on its device; compile goes over the DDP wrapper
     (the order PyTorch documents, so DDPOptimizer splits graphs at bucket boundaries)."""
     wrapped: nn.Module = model
+    ddp = None
     if dist.world_size > 1:
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [device.index] if device.type == "cuda" else None
-        wrapped = DistributedDataParallel(model, device_ids=ids)
+        wrapped = ddp = DistributedDataParallel(model, device_ids=ids)
     if want_compile(cfg, device):
         wrapped = torch.compile(wrapped, mode=cfg.train.compile_mode)
-    return wrapped
+    return wrapped, ddp

@@ -7,6 +7,7 @@ failures become an error event with a hint (and the traceback for our bugs).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import platform
 import time
 import traceback
@@ -40,6 +41,7 @@ class RunResult:
     samples_per_s: float | None = None
     error: BaseException | None = None
     traceback: str = ""
+    is_bug: bool = False  # an unexpected exception: show the traceback, not just the sentence
 
 
 def header_record(
@@ -113,8 +115,19 @@ def run(
         trainer.val_loss,
         mean(trainer.throughputs),
     )
-    sink.write(end_record(result, trainer, started))
+    end = end_record(result, trainer, started)
+    end["weights_digest"] = weights_digest(trainer.parts.model)
+    sink.write(end)
     return result
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """A short sha256 of the final weights: equal digests = bit-identical models."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()[:16]
 
 
 def fail(
@@ -124,7 +137,7 @@ def fail(
     if isinstance(exc, KeyboardInterrupt):
         raise exc
     step = trainer.step if trainer else 0
-    message, hint = describe_failure(exc, trainer)
+    message, hint, is_bug = describe_failure(exc, trainer)
     tb = "" if isinstance(exc, UserError) else traceback.format_exc()
     sink.write(
         event(
@@ -140,18 +153,19 @@ def fail(
         with contextlib.suppress(Exception):  # best effort: the failure is what we report
             trainer.save("failure")
     code = getattr(exc, "exit_code", EXIT_FAILED)
-    result = RunResult("failed", message, step, code, error=exc, traceback=tb)
+    result = RunResult("failed", message, step, code, error=exc, traceback=tb, is_bug=is_bug)
     sink.write(end_record(result, trainer, started))
     control.state = "failed"
     release(trainer)
     return result
 
 
-def describe_failure(exc: BaseException, trainer: Trainer | None) -> tuple[str, str]:
+def describe_failure(exc: BaseException, trainer: Trainer | None) -> tuple[str, str, bool]:
+    """(one-sentence message, hint, is it our bug?) for a failure."""
     if isinstance(exc, TrainingError):
-        return str(exc), exc.hint
+        return str(exc), exc.hint, False
     if isinstance(exc, UserError):
-        return str(exc), ""
+        return str(exc), "", False
     if isinstance(exc, torch.OutOfMemoryError):
         step = trainer.step + 1 if trainer else 0
         batch = trainer.batch_size if trainer else "?"
@@ -159,8 +173,22 @@ def describe_failure(exc: BaseException, trainer: Trainer | None) -> tuple[str, 
             f"out of memory at step {step} (batch {batch})",
             "try a smaller data.batch_size with optim.grad_accum=2 or more, "
             "--precision bf16 or fp16, or model.channels_last=false",
+            False,
         )
-    return f"{type(exc).__name__}: {exc}", "this looks like a bug; the traceback is in the log"
+    if isinstance(exc, torch.distributed.DistError) or "gloo" in str(exc).lower():
+        step = trainer.step if trainer else 0
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        return (
+            f"lost contact with another rank after step {step} ({first})",
+            "a rank died or hung: see its rank-N.log in the run dir; the wait is bounded by "
+            "distributed.timeout_s",
+            False,
+        )
+    return (
+        f"{type(exc).__name__}: {exc}",
+        "this looks like a bug; the traceback is in the log",
+        True,
+    )
 
 
 def release(trainer: Trainer | None) -> None:

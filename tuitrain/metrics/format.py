@@ -152,6 +152,10 @@ def format_end_line(rec: Record) -> str:
         parts.append(f"reason {rec['reason']}")
     if rec.get("step") is not None:
         parts.append(f"step {rec['step']}")
+    if rec.get("val_acc") is not None:
+        parts.append(f"val_acc {100 * rec['val_acc']:.2f}%")
+    if rec.get("weights_digest"):
+        parts.append(f"weights {rec['weights_digest']}")
     return " | ".join(parts)
 
 

@@ -1,0 +1,117 @@
+"""DDP on CPU with gloo, two processes: both launch forms, identical weights, agreed stops,
+and a dead rank that ends the job instead of hanging it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# 2048 images / 2 ranks / 256 per batch = 4 steps per epoch
+SMALL = ["--no-ui", "--set", "data.train_samples=2048", "--set", "data.val_samples=256",
+         "--log-every", "2"]  # fmt: skip
+
+
+def env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "TUITRAIN_NO_DOWNLOAD": "1",
+            "OMP_NUM_THREADS": "1", **extra}  # fmt: skip
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def end_line(log: Path) -> str:
+    return [line for line in log.read_text().splitlines() if line.startswith("end ")][-1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_two_rank_run(run_dir: Path, steps: int) -> None:
+    recs = records(run_dir)
+    header = recs[0]
+    assert header["type"] == "header" and header["world_size"] == 2
+    assert header["global_batch"] == 512
+    end = recs[-1]
+    assert end["status"] == "completed" and end["step"] == steps
+    assert end["samples"] == steps * 512  # global: the sum over both ranks
+    # rank 1 is quiet (no JSONL of its own) and logs to rank-1.log; same final weights
+    digest = end["weights_digest"]
+    assert f"weights {digest}" in end_line(run_dir / "rank-1.log")
+    assert f"weights {digest}" in end_line(run_dir / "train.log")
+    trains = [r for r in recs if r["type"] == "train"]
+    assert all(len(r["rank_step_time_s"]) == 2 for r in trains)
+
+
+def test_nproc_flag_runs_ddp(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "tuitrain", "--nproc", "2", *SMALL, "--max-steps", "6",
+           "--run-dir", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    check_two_rank_run(tmp_path, 6)
+
+
+def test_torchrun_module_form(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "tuitrain", *SMALL, "--max-steps", "4", "--run-dir", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    check_two_rank_run(tmp_path, 4)
+
+
+def start_ranks(run_dir: Path, *extra: str) -> list[subprocess.Popen]:
+    port = str(free_port())
+    procs = []
+    for rank in (0, 1):
+        rank_env = env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+                       LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)  # fmt: skip
+        cmd = [sys.executable, "-m", "tuitrain", *SMALL, "--epochs", "50", "--run-dir",
+               str(run_dir), "--set", "train.pace_s=0.1", *extra]  # fmt: skip
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=rank_env))  # fmt: skip
+    return procs
+
+
+def wait_for_step(proc: subprocess.Popen) -> None:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.stdout.readline().startswith("step"):
+            return
+    raise AssertionError("rank 0 never logged a step")
+
+
+def test_stop_on_rank_0_stops_both_at_the_same_step(tmp_path: Path) -> None:
+    rank0, rank1 = start_ranks(tmp_path)
+    wait_for_step(rank0)
+    rank0.send_signal(signal.SIGTERM)  # only rank 0 is told
+    rank0.communicate(timeout=60)
+    rank1.communicate(timeout=60)
+    assert rank0.returncode == 143
+    assert rank1.returncode == 0
+    step0 = re.search(r"step (\d+)", end_line(tmp_path / "train.log")).group(1)
+    line1 = end_line(tmp_path / "rank-1.log")
+    assert "stopped" in line1 and f"step {step0}" in line1
+
+
+def test_a_dead_rank_ends_the_job_within_the_timeout(tmp_path: Path) -> None:
+    rank0, rank1 = start_ranks(tmp_path, "--set", "distributed.timeout_s=20")
+    wait_for_step(rank0)
+    killed_at = time.monotonic()
+    rank1.kill()  # SIGKILL: no goodbye
+    rank1.wait(timeout=10)
+    _, err = rank0.communicate(timeout=60)
+    assert rank0.returncode not in (0, None)
+    assert time.monotonic() - killed_at < 40
+    assert "error:" in err

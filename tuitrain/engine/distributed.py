@@ -1,0 +1,105 @@
+"""torch.distributed under torchrun: process group, agreed commands, one collective per log.
+
+Every rank runs the engine. Commands (stop, pause, checkpoint, profile) are agreed with an
+all-reduce at the log cadence, so all ranks act at the same step and none waits forever in
+a gradient all-reduce that the others have left. Metrics are gathered with one collective.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from tuitrain.engine.control import Control
+from tuitrain.engine.setup import DistInfo
+
+# command vector slots, reduced with MAX across ranks
+_STOP, _PAUSE, _CHECKPOINT, _PROFILE = range(4)
+
+
+def env_dist_info() -> DistInfo:
+    """Rank and world size as torchrun sets them (single process when absent)."""
+    return DistInfo(
+        rank=int(os.environ.get("RANK", "0")),
+        world_size=int(os.environ.get("WORLD_SIZE", "1")),
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+    )
+
+
+def init_process_group(info: DistInfo, timeout_s: float, device_type: str) -> None:
+    """nccl on CUDA (one device per local rank), gloo on CPU; a timeout from the config."""
+    if info.world_size == 1 or dist.is_initialized():
+        return
+    backend = "nccl" if device_type == "cuda" else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(info.local_rank)
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+
+
+def destroy_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def broadcast_object(value: Any, info: DistInfo) -> Any:
+    """Rank 0's value on every rank (run dir, config)."""
+    if info.world_size == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def agree_commands(control: Control, info: DistInfo, device: torch.device) -> dict[str, int]:
+    """Every rank's pending requests, MAX-reduced: the same decision on every rank."""
+    profile = control.take_profile_request()
+    local = torch.tensor(
+        [control.stop_requested, control.paused, control.take_checkpoint_request(), profile],
+        dtype=torch.int64,
+        device=device,
+    )
+    if info.world_size > 1:
+        dist.all_reduce(local, op=dist.ReduceOp.MAX)  # sync point: at the log cadence only
+    stop, pause, checkpoint, profile = (int(v) for v in local.tolist())
+    if stop and not control.stop_requested:
+        control.request_stop("stopped on another rank's request")
+    return {"stop": stop, "pause": pause, "checkpoint": checkpoint, "profile": profile}
+
+
+def gather_metrics(record: dict[str, Any], info: DistInfo, device: torch.device) -> None:
+    """One all-gather: global samples/s (sum), mean loss, largest memory, each rank's step time."""
+    if info.world_size == 1:
+        record["rank_step_time_s"] = [record["step_time_s"]]
+        return
+    fields = ["samples_per_s", "loss", "step_time_s", "data_wait_frac", "host_rss_bytes",
+              "mem_peak_bytes", "mem_alloc_bytes", "mem_reserved_bytes"]  # fmt: skip
+    values = [record[f] for f in fields]
+    local = torch.tensor([float("nan") if v is None else float(v) for v in values], device=device)
+    gathered = [torch.empty_like(local) for _ in range(info.world_size)]
+    dist.all_gather(gathered, local)  # sync point: one collective per log interval
+    rows = torch.stack(gathered).cpu()
+    col = {f: rows[:, i] for i, f in enumerate(fields)}
+    record["samples_per_s"] = float(col["samples_per_s"].sum())
+    record["loss"] = float(col["loss"].mean()) if record["loss"] is not None else None
+    record["data_wait_frac"] = float(col["data_wait_frac"].max())
+    for key in ("host_rss_bytes", "mem_peak_bytes", "mem_alloc_bytes", "mem_reserved_bytes"):
+        if record[key] is not None:
+            record[key] = int(col[key].max())
+    if record["loss"] is not None and not torch.isfinite(col["loss"]).all():
+        record["loss"] = None  # any rank's NaN is everyone's NaN
+    record["rank_step_time_s"] = [float(v) for v in col["step_time_s"]]
+    record["step_time_s"] = float(col["step_time_s"].max())
+
+
+def straggler(step_times: list[float], factor: float = 1.2) -> int | None:
+    """The slowest rank when it is above `factor` x the median step time, else None."""
+    if len(step_times) < 2:
+        return None
+    median = statistics.median(step_times)
+    slowest = max(range(len(step_times)), key=step_times.__getitem__)
+    return slowest if step_times[slowest] > factor * median else None
