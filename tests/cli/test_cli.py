@@ -24,8 +24,13 @@ def tuitrain(
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TUITRAIN_NO_DOWNLOAD": "1"}
     return subprocess.run(
         [sys.executable, "-m", "tuitrain", *args],
-        capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def read_records(run_dir: Path) -> list[dict]:
@@ -36,9 +41,23 @@ def read_records(run_dir: Path) -> list[dict]:
 def test_help_lists_the_contract() -> None:
     proc = tuitrain("--help")
     assert proc.returncode == 0
-    for flag in ["--preset", "--no-ui", "--set", "--max-steps", "--epochs", "--run-dir",
-                 "--data-dir", "--device", "--precision", "--compile", "--no-compile",
-                 "--log-every", "--seed", "--profile-steps", "--list-presets"]:  # fmt: skip
+    for flag in [
+        "--preset",
+        "--no-ui",
+        "--set",
+        "--max-steps",
+        "--epochs",
+        "--run-dir",
+        "--data-dir",
+        "--device",
+        "--precision",
+        "--compile",
+        "--no-compile",
+        "--log-every",
+        "--seed",
+        "--profile-steps",
+        "--list-presets",
+    ]:
         assert flag in proc.stdout
     assert "143" in proc.stdout and "130" in proc.stdout
 
@@ -120,19 +139,35 @@ def test_run_dir_not_writable(tmp_path: Path) -> None:
 
 def test_labels_out_of_range_are_caught_before_the_device(tmp_path: Path) -> None:
     proc = tuitrain(
-        "--no-ui", "--run-dir", str(tmp_path), "--max-steps", "2",
-        "--set", "data.name=tests.cli.datasets_for_tests:bad_labels",
-        "--set", "data.num_workers=0", "--set", "model.name=mlp", "--set", "data.batch_size=16",
-    )  # fmt: skip
+        "--no-ui",
+        "--run-dir",
+        str(tmp_path),
+        "--max-steps",
+        "2",
+        "--set",
+        "data.name=tests.cli.datasets_for_tests:bad_labels",
+        "--set",
+        "data.num_workers=0",
+        "--set",
+        "model.name=mlp",
+        "--set",
+        "data.batch_size=16",
+    )
     assert proc.returncode == 2, proc.stderr
     assert "outside [0, 10)" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_nan_loss_exits_1_with_the_step(tmp_path: Path) -> None:
     proc = tuitrain(
-        "--no-ui", "--run-dir", str(tmp_path), "--max-steps", "6", *TINY,
-        "--set", "model.name=tests.engine.models_for_tests:nan_model",
-    )  # fmt: skip
+        "--no-ui",
+        "--run-dir",
+        str(tmp_path),
+        "--max-steps",
+        "6",
+        *TINY,
+        "--set",
+        "model.name=tests.engine.models_for_tests:nan_model",
+    )
     assert proc.returncode == 1
     assert "at step 3" in proc.stderr
     assert read_records(tmp_path)[-1]["status"] == "failed"
@@ -144,8 +179,11 @@ def test_signals_stop_cleanly(tmp_path: Path, sig: signal.Signals, code: int) ->
     args = ["--no-ui", "--run-dir", str(tmp_path), "--epochs", "100", "--set", "train.pace_s=0.05"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "tuitrain", *args, *TINY],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert proc.stdout is not None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # wait for the first logged step

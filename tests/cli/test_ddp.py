@@ -15,13 +15,25 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # 2048 images / 2 ranks / 256 per batch = 4 steps per epoch
-SMALL = ["--no-ui", "--set", "data.train_samples=2048", "--set", "data.val_samples=256",
-         "--log-every", "2"]  # fmt: skip
+SMALL = [
+    "--no-ui",
+    "--set",
+    "data.train_samples=2048",
+    "--set",
+    "data.val_samples=256",
+    "--log-every",
+    "2",
+]
 
 
 def env(**extra: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "TUITRAIN_NO_DOWNLOAD": "1",
-            "OMP_NUM_THREADS": "1", **extra}  # fmt: skip
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TUITRAIN_NO_DOWNLOAD": "1",
+        "OMP_NUM_THREADS": "1",
+        **extra,
+    }
 
 
 def records(run_dir: Path) -> list[dict]:
@@ -55,16 +67,38 @@ def check_two_rank_run(run_dir: Path, steps: int) -> None:
 
 
 def test_nproc_flag_runs_ddp(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "tuitrain", "--nproc", "2", *SMALL, "--max-steps", "6",
-           "--run-dir", str(tmp_path)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "tuitrain",
+        "--nproc",
+        "2",
+        *SMALL,
+        "--max-steps",
+        "6",
+        "--run-dir",
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     check_two_rank_run(tmp_path, 6)
 
 
 def test_torchrun_module_form(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "tuitrain", *SMALL, "--max-steps", "4", "--run-dir", str(tmp_path)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "tuitrain",
+        *SMALL,
+        "--max-steps",
+        "4",
+        "--run-dir",
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     check_two_rank_run(tmp_path, 4)
@@ -74,12 +108,32 @@ def start_ranks(run_dir: Path, *extra: str) -> list[subprocess.Popen]:
     port = str(free_port())
     procs = []
     for rank in (0, 1):
-        rank_env = env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
-                       LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)  # fmt: skip
-        cmd = [sys.executable, "-m", "tuitrain", *SMALL, "--epochs", "50", "--run-dir",
-               str(run_dir), "--set", "train.pace_s=0.1", *extra]  # fmt: skip
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=rank_env))  # fmt: skip
+        rank_env = env(
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE="2",
+            LOCAL_WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "tuitrain",
+            *SMALL,
+            "--epochs",
+            "50",
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "train.pace_s=0.1",
+            *extra,
+        ]
+        procs.append(
+            subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=rank_env
+            )
+        )
     return procs
 
 

@@ -28,14 +28,27 @@ from tuitrain.metrics import NullSink
 
 ROOT = Path(__file__).resolve().parents[2]
 # 1024 images = 4 steps per epoch; 3 epochs = 12 steps; every step logged.
-SMALL = ["--set", "data.train_samples=1024", "--set", "data.val_samples=256",
-         "--epochs", "3", "--log-every", "1"]  # fmt: skip
+SMALL = [
+    "--set",
+    "data.train_samples=1024",
+    "--set",
+    "data.val_samples=256",
+    "--epochs",
+    "3",
+    "--log-every",
+    "1",
+]
 
 
 def tuitrain(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TUITRAIN_NO_DOWNLOAD": "1"}
-    return subprocess.run([sys.executable, "-m", "tuitrain", "--no-ui", *args],
-                          capture_output=True, text=True, env=env, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "tuitrain", "--no-ui", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def losses(run_dir: Path) -> dict[int, float]:
@@ -88,10 +101,22 @@ def test_sigterm_saves_and_resume_continues_at_the_next_step(tmp_path: Path) -> 
     assert tuitrain(*SMALL, "--run-dir", str(straight)).returncode == 0
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tuitrain", "--no-ui", *SMALL, "--run-dir", str(stopped),
-         "--set", "train.pace_s=0.2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tuitrain",
+            "--no-ui",
+            *SMALL,
+            "--run-dir",
+            str(stopped),
+            "--set",
+            "train.pace_s=0.2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert proc.stdout is not None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not proc.stdout.readline().startswith("step     2"):
@@ -155,8 +180,9 @@ def test_kill_9_during_save_keeps_the_previous_checkpoint(tmp_path: Path) -> Non
         checkpoint.save_checkpoint(run_dir, {{"model": {{"w": torch.zeros(10)}}, "step": 2}}, 3)
     """)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                            env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
     proc.kill()  # SIGKILL in the middle of the write
     proc.wait(timeout=10)
@@ -200,8 +226,9 @@ def test_failed_save_during_training_is_reported_and_training_goes_on(
         def write(self, record: dict) -> None:
             events.append(record)
 
-    result = run(tiny_config("train.max_steps=4", "checkpoint.every_steps=2"), Capture(),
-                 run_dir=tmp_path)  # fmt: skip
+    result = run(
+        tiny_config("train.max_steps=4", "checkpoint.every_steps=2"), Capture(), run_dir=tmp_path
+    )
     assert result.status == "completed"
     failed = [e for e in events if e.get("kind") == "checkpoint_failed"]
     assert failed and "No space left on device" in failed[0]["message"]
@@ -209,8 +236,11 @@ def test_failed_save_during_training_is_reported_and_training_goes_on(
 
 
 def test_keep_last_k(tiny_config, tmp_path: Path) -> None:
-    run(tiny_config("train.max_steps=8", "checkpoint.every_steps=1", "checkpoint.keep=2"),
-        NullSink(), run_dir=tmp_path)  # fmt: skip
+    run(
+        tiny_config("train.max_steps=8", "checkpoint.every_steps=1", "checkpoint.keep=2"),
+        NullSink(),
+        run_dir=tmp_path,
+    )
     names = [p.name for p in list_checkpoints(tmp_path / "checkpoints")]
     assert names == ["ckpt-step00000008.pt", "ckpt-step00000007.pt"]
     assert (tmp_path / "checkpoints" / "latest").read_text().strip() == names[0]
@@ -230,8 +260,11 @@ def test_checkpoint_of_another_model_or_preset_is_refused(tiny_config, tmp_path:
 
 
 def test_nan_leaves_the_last_good_checkpoint_untouched(tiny_config, tmp_path: Path) -> None:
-    cfg = tiny_config("model.name=tests.engine.models_for_tests:nan_model",
-                      "checkpoint.every_steps=1", "train.max_steps=6")  # fmt: skip
+    cfg = tiny_config(
+        "model.name=tests.engine.models_for_tests:nan_model",
+        "checkpoint.every_steps=1",
+        "train.max_steps=6",
+    )
     result = run(cfg, NullSink(), run_dir=tmp_path)
     assert result.exit_code == 1 and "at step 3" in result.reason
     assert load_checkpoint(find_latest(tmp_path))["step"] == 2  # saved before the NaN
@@ -260,9 +293,13 @@ def test_fp16_overflow_skips_are_counted_and_collapse_warns(tiny_config) -> None
         def write(self, record: dict) -> None:
             events.append(record)
 
-    cfg = tiny_config("model.name=tests.engine.models_for_tests:inf_grad_model",
-                      "train.precision=fp16", "train.max_steps=18", "train.log_every=18",
-                      "data.train_samples=4608")  # fmt: skip
+    cfg = tiny_config(
+        "model.name=tests.engine.models_for_tests:inf_grad_model",
+        "train.precision=fp16",
+        "train.max_steps=18",
+        "train.log_every=18",
+        "data.train_samples=4608",
+    )
     result = run(cfg, Capture())
     assert result.status == "completed"
     train = [e for e in events if e["type"] == "train"][-1]

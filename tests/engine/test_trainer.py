@@ -15,15 +15,39 @@ from tuitrain.engine.precision import FP16Precision, make_precision
 from tuitrain.metrics import MetricStore, StoreSink
 
 TRAIN_FIELDS = [
-    "type", "step", "epoch", "samples", "loss", "lr", "samples_per_s", "step_time_s",
-    "data_wait_s", "data_wait_frac", "mem_alloc_bytes", "mem_reserved_bytes", "mem_peak_bytes",
-    "host_rss_bytes", "gpu_util_pct", "gpu_mem_used_bytes", "grad_scale", "skipped_steps",
+    "type",
+    "step",
+    "epoch",
+    "samples",
+    "loss",
+    "lr",
+    "samples_per_s",
+    "step_time_s",
+    "data_wait_s",
+    "data_wait_frac",
+    "mem_alloc_bytes",
+    "mem_reserved_bytes",
+    "mem_peak_bytes",
+    "host_rss_bytes",
+    "gpu_util_pct",
+    "gpu_mem_used_bytes",
+    "grad_scale",
+    "skipped_steps",
     "grad_norm",
-]  # fmt: skip
+]
 HEADER_FIELDS = [
-    "preset", "config", "device", "device_name", "precision", "compile", "world_size",
-    "torch", "tuitrain", "python", "time",
-]  # fmt: skip
+    "preset",
+    "config",
+    "device",
+    "device_name",
+    "precision",
+    "compile",
+    "world_size",
+    "torch",
+    "tuitrain",
+    "python",
+    "time",
+]
 
 
 class ListSink(StoreSink):
@@ -117,9 +141,13 @@ def test_max_steps_wins_over_epochs(tiny_config) -> None:
 def test_sgd_warmup_and_clipping(tiny_config) -> None:
     sink = ListSink()
     cfg = tiny_config(
-        "optim.name=sgd", "optim.warmup_steps=4", "optim.grad_clip=0.5", "train.max_steps=8",
-        "train.log_every=1", "train.precision=fp32",
-    )  # fmt: skip
+        "optim.name=sgd",
+        "optim.warmup_steps=4",
+        "optim.grad_clip=0.5",
+        "train.max_steps=8",
+        "train.log_every=1",
+        "train.precision=fp32",
+    )
     run(cfg, sink)
     lrs = [r["lr"] for r in sink.of("train")]
     # the rate each step used: linear warmup over 4 steps, then cosine down

@@ -1,0 +1,61 @@
+"""The wheel carries the presets and the Fashion-MNIST subset: install it, run it elsewhere."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_wheel_install_lists_presets_from_another_directory(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    # system site-packages give the venv torch without a 5 GB reinstall; tuitrain itself is
+    # installed into the venv from a freshly built wheel and shadows the editable checkout.
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    wheel_dir = tmp_path / "wheel"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheel_dir),
+            str(ROOT),
+        ],
+        check=True,
+    )
+    wheel = next(wheel_dir.glob("tuitrain-*.whl"))
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)]
+    subprocess.run(pip, check=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = subprocess.run(
+        [str(venv / "bin" / "tuitrain"), "--list-presets"],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "fashion-mini" in proc.stdout and "resnet18-synth-bf16" in proc.stdout
+    where = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import tuitrain.config as c, tuitrain.engine.data as d;"
+            "print(c.shipped_presets_dir()); print(d.MINI_DIR)",
+        ],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert all(str(venv) in path for path in where), where
+    assert (Path(where[1]) / "LICENSE").is_file()
+    assert (Path(where[1]) / "train-images-idx3-ubyte.gz").is_file()
