@@ -1,0 +1,105 @@
+"""JsonlFollower: replay, follow a growing file, torn lines, replaced files, long files."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+from tuitrain.metrics import MetricStore
+from tuitrain.metrics.follow import JsonlFollower, resolve_metrics_path
+
+
+def line(rec: dict) -> str:
+    return json.dumps(rec) + "\n"
+
+
+def train(step: int) -> dict:
+    return {"type": "train", "step": step, "loss": 1.0 / step, "samples_per_s": 100.0}
+
+
+def test_follows_a_file_written_by_a_thread(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    store = MetricStore()
+    follower = JsonlFollower(path, store, poll_s=0.02)
+    follower.start()
+
+    def write() -> None:
+        with open(path, "a") as f:
+            f.write(line({"type": "header", "preset": "p"}))
+            for step in range(1, 51):
+                f.write(line(train(step)))
+                f.flush()
+                time.sleep(0.002)
+            f.write(line({"type": "end", "status": "completed", "step": 50}))
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    writer.join()
+    deadline = time.monotonic() + 5
+    while store.snapshot().end is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    follower.stop()
+    snap = store.snapshot()
+    assert snap.header["preset"] == "p" and snap.end["status"] == "completed"
+    assert snap.get("loss").xs == tuple(range(1, 51))
+
+
+def test_a_torn_line_waits_for_its_end_or_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    store = MetricStore()
+    follower = JsonlFollower(path, store)
+    half = line(train(2))[:20]
+    path.write_text(line(train(1)) + half)
+    assert follower.poll() == 1
+    with open(path, "a") as f:  # the writer finishes the line
+        f.write(line(train(2))[20:])
+    assert follower.poll() == 1
+    # a run killed mid-write, then resumed: the torn line is garbage and skipped
+    with open(path, "a") as f:
+        f.write('{"type": "train", "st' + line(train(3)) + line({"type": "mystery", "x": 1}))
+    follower.poll()
+    assert store.snapshot().get("loss").xs == (1, 2)  # the garbled line 3 is skipped
+    assert store.snapshot().latest["step"] == 2
+
+
+def test_a_replaced_file_starts_over(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    store = MetricStore()
+    follower = JsonlFollower(path, store)
+    path.write_text(line({"type": "header", "preset": "old"}) + line(train(1)) + line(train(2)))
+    follower.poll()
+    new = tmp_path / "new.jsonl"
+    new.write_text(line({"type": "header", "preset": "new"}) + line(train(7)))
+    os.replace(new, path)  # a new run writes the same path
+    follower.poll()
+    snap = store.snapshot()
+    assert snap.header["preset"] == "new" and snap.get("loss").xs == (7,)
+    assert follower.restarts == 1
+
+
+def test_a_long_file_is_read_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    n = 100_000
+    with open(path, "w") as f:
+        f.write(line({"type": "header", "preset": "long"}))
+        for step in range(1, n + 1):
+            f.write(line(train(step)))
+            if step % 10_000 == 0:
+                f.write(line({"type": "eval", "step": step, "val_loss": 0.5, "val_acc": 0.8}))
+    store = MetricStore()
+    follower = JsonlFollower(path, store)
+    follower.poll()
+    snap = store.snapshot()
+    loss = snap.get("loss")
+    assert len(loss) < 5_000  # bounded, whatever the file length
+    assert loss.xs[-500:] == tuple(range(n - 499, n + 1))  # every recent step is there
+    assert loss.xs[0] <= n // 1000  # and the history reaches back to the start
+    assert len(snap.evals) == 10  # no eval is dropped by the striding
+
+
+def test_resolve_metrics_path(tmp_path: Path) -> None:
+    assert resolve_metrics_path(tmp_path) == tmp_path / "metrics.jsonl"
+    assert resolve_metrics_path(tmp_path / "x.jsonl") == tmp_path / "x.jsonl"
