@@ -18,7 +18,8 @@ from tuitrain.launch import resume_config, run_headless
 
 EXIT_CODES_HELP = """exit codes:
   0    completed            1    training failed (NaN loss, out of memory, a bug)
-  2    usage, preset or data error
+  2    usage, preset, data or checkpoint error
+  3    tuitrain parity: FAIL (mixed precision lost more than 0.5 point)
   130  stopped by SIGINT (Ctrl-C)    143  stopped by SIGTERM
 """
 
@@ -32,7 +33,9 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="tuitrain",
-        description="A terminal training monitor that hosts a real PyTorch run.",
+        description="A terminal training monitor that hosts a real PyTorch run.\n"
+        "Also: `tuitrain parity --help` (fp32-vs-mixed check), "
+        "`tuitrain watch --help` (attach to a run dir).",
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -143,6 +146,14 @@ def run_ui(cfg: Config, overrides: list[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["parity"]:
+        from tuitrain.parity_cli import main as parity_main
+
+        return parity_main(argv[1:])
+    if argv[:1] == ["watch"]:
+        from tuitrain.watch import main as watch_main
+
+        return watch_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.list_presets:
         return list_presets()

@@ -1,9 +1,27 @@
 """The training engine: device, precision, data, models, the loop and its telemetry.
 
 Never imports Textual or Rich: it runs headless, under torchrun and behind the UI alike.
+Names are loaded lazily so that `tuitrain.engine.control` and friends don't pull in torch.
 """
 
-from tuitrain.engine.control import Control
-from tuitrain.engine.trainer import RunResult, run
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tuitrain.engine.control import Control
+    from tuitrain.engine.trainer import RunResult, run
 
 __all__ = ["Control", "RunResult", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Control":
+        from tuitrain.engine.control import Control
+
+        return Control
+    if name in ("RunResult", "run"):
+        from tuitrain.engine import trainer
+
+        return getattr(trainer, name)
+    raise AttributeError(name)

@@ -20,6 +20,7 @@ class Control:
         self.exit_code: int | None = None  # set by signal handlers (130, 143)
         self._checkpoint = False
         self._profile_steps = 0
+        self.step = 0  # the last optimizer step the engine finished (set by the engine)
         self.state = "idle"  # set by the engine: starting, compiling, running, paused, ...
 
     # -- requests (any thread) ---------------------------------------------------------

@@ -160,6 +160,7 @@ class Trainer:
         self.state_sound = False
         self.train_step(batches, need_grad_norm=is_log)
         self.step += 1
+        self.control.step = self.step
         self.epoch_step += 1
         self.state_sound = True
         self.samples += self.batch_size * self.cfg.optim.grad_accum * self.dist.world_size

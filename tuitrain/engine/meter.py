@@ -16,10 +16,9 @@ import torch
 from tuitrain.engine.device import synchronize
 from tuitrain.engine.precision import Precision
 from tuitrain.engine.telemetry import Telemetry
+from tuitrain.engine.verdicts import SCALE_FLOOR, data_wait_verdict
 
-WARN_DATA_WAIT = 0.10
-INPUT_BOUND_DATA_WAIT = 0.20
-SCALE_FLOOR = 1.0  # an fp16 scale below this means gradients overflow again and again
+__all__ = ["SCALE_FLOOR", "IntervalMeter", "data_wait_verdict"]
 
 
 class IntervalMeter:
@@ -106,20 +105,3 @@ class IntervalMeter:
         self.last_loss = loss
         self.restart()
         return record
-
-
-def data_wait_verdict(frac: float | None) -> tuple[str, str]:
-    """(verdict, hint) for a data-wait share: ok, warning above 10%, input-bound above 20%."""
-    if frac is None:
-        return "unknown", ""
-    if frac > INPUT_BOUND_DATA_WAIT:
-        return "input-bound", (
-            "the loop waits for data: use data.loader='device' when the set fits on the device, "
-            "else raise data.num_workers and keep data.pin_memory=true"
-        )
-    if frac > WARN_DATA_WAIT:
-        return (
-            "warning",
-            "data loading is visible: raise data.num_workers or use data.loader='device'",
-        )
-    return "ok", ""

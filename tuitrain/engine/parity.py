@@ -25,7 +25,7 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,14 +68,7 @@ class EpochRow:
         return gap_points(self.fp32_val_acc, self.mixed_val_acc)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "epoch": self.epoch,
-            "fp32_val_acc": self.fp32_val_acc,
-            "mixed_val_acc": self.mixed_val_acc,
-            "fp32_val_loss": self.fp32_val_loss,
-            "mixed_val_loss": self.mixed_val_loss,
-            "gap_points": self.gap_points,
-        }
+        return {**asdict(self), "gap_points": self.gap_points}
 
 
 @dataclass(slots=True)
@@ -154,34 +147,17 @@ class ParityResult:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "status": self.status,
-            "message": self.message,
-            "preset": self.preset,
-            "mixed": self.mixed,
-            "reference": "fp32 (TF32 off)",
-            "device": self.device,
-            "epochs": self.epochs,
-            "seed": self.seed,
-            "fp32_val_acc": self.final("fp32_val_acc"),
-            "mixed_val_acc": self.final("mixed_val_acc"),
-            "fp32_val_loss": self.final("fp32_val_loss"),
-            "mixed_val_loss": self.final("mixed_val_loss"),
-            "gap_points": self.gap_points,
-            "threshold_points": self.threshold_points,
-            "test_set_size": self.test_set_size,
-            "one_image_points": self.one_image_points,
-            "speedup": self.speedup,
-            "fp32_samples_per_s": self.fp32_samples_per_s,
-            "mixed_samples_per_s": self.mixed_samples_per_s,
-            "early_steps": self.early_steps,
-            "early_max_rel_loss_diff": self.early_max_rel_loss_diff,
-            "early_losses": self.early_losses,
-            "per_epoch": [row.to_json() for row in self.per_epoch],
-            "train_loss": {k: [list(p) for p in v] for k, v in self.train_loss.items()},
-            "elapsed_s": round(self.elapsed_s, 3),
-        }
+        """The JSON of parity.json and `--json`: the verdict and its numbers first."""
+        out: dict[str, Any] = {"verdict": self.verdict, "reference": "fp32 (TF32 off)"}
+        for key in ("fp32_val_acc", "mixed_val_acc", "fp32_val_loss", "mixed_val_loss"):
+            out[key] = self.final(key)
+        out["gap_points"], out["speedup"] = self.gap_points, self.speedup
+        out["one_image_points"] = self.one_image_points
+        out |= {f.name: getattr(self, f.name) for f in fields(self)}
+        out["per_epoch"] = [row.to_json() for row in self.per_epoch]
+        out["train_loss"] = {k: [list(p) for p in v] for k, v in self.train_loss.items()}
+        out["elapsed_s"] = round(self.elapsed_s, 3)
+        return out
 
 
 # --------------------------------------------------------------------------- configs
@@ -204,7 +180,8 @@ def resolve_mixed(cfg: Config, mixed: str | None = None) -> str:
 
 
 def parity_configs(cfg: Config, epochs: int, mixed: str) -> dict[str, Config]:
-    """The two configs: identical but for the precision (the fp32 one without TF32).
+    """The two configs: identical but for the precision (the fp32 one without TF32), with
+    `epochs`, an evaluation per epoch, and no profiling or checkpoints.
 
     A step cap (train.max_steps) would end a run mid-epoch, without an evaluation; parity
     needs one per epoch, so the cap becomes a shorter epoch: the first
@@ -216,7 +193,9 @@ def parity_configs(cfg: Config, epochs: int, mixed: str) -> dict[str, Config]:
         per_epoch = math.ceil(cfg.train.max_steps / epochs)
         samples = per_epoch * cfg.data.batch_size * cfg.optim.grad_accum
         data = replace(data, train_samples=min(data.train_samples or samples, samples))
-    base = replace(cfg, train=train, data=data)
+    # two throwaway trainings: no checkpoints (they would also cost time between epochs)
+    checkpoint = replace(cfg.checkpoint, every_steps=0, at_epoch_end=False, on_stop=False)
+    base = replace(cfg, train=train, data=data, checkpoint=checkpoint)
     return {
         "fp32": replace(base, train=replace(train, precision="fp32", tf32=False)),
         "mixed": replace(base, train=replace(train, precision=mixed)),
@@ -260,11 +239,19 @@ class RunRecorder(Sink):
 
 class _ProbeControl(Control):
     """The early check's control: stopped after its steps, or when the parity is cancelled;
-    pauses with the parity's control."""
+    pauses with the parity's control and shows its state there."""
 
     def __init__(self, parent: Control) -> None:
-        super().__init__()
         self.parent = parent
+        super().__init__()
+
+    @property  # type: ignore[override]
+    def state(self) -> str:
+        return self.parent.state
+
+    @state.setter
+    def state(self, value: str) -> None:
+        self.parent.state = value
 
     @property
     def stop_requested(self) -> bool:
@@ -336,23 +323,21 @@ def parity(
     if early_steps < 0:
         raise UserError(f"early_steps = {early_steps} must be >= 0.")
     mixed = resolve_mixed(cfg, mixed)
-    check = _Check(cfg, parity_configs(cfg, epochs, mixed), sink or NullSink(), control)
-    check.result = ParityResult(
+    result = ParityResult(
         preset=cfg.name, mixed=mixed, device=str(resolve_device(cfg.train.device)),
         epochs=epochs, seed=cfg.train.seed, early_steps=early_steps,
     )  # fmt: skip
+    check = _Check(result, parity_configs(cfg, epochs, mixed), sink or NullSink(), control)
     return check.execute(run_dir, early_steps)
 
 
 class _Check:
     """One parity check in progress: the two configs, where records go, the result so far."""
 
-    result: ParityResult
-
     def __init__(
-        self, cfg: Config, configs: dict[str, Config], sink: Sink, control: Control | None
+        self, result: ParityResult, configs: dict[str, Config], sink: Sink, control: Control | None
     ) -> None:
-        self.cfg, self.configs, self.sink = cfg, configs, sink
+        self.result, self.configs, self.sink = result, configs, sink
         self.control = control or Control()
 
     def label(self, name: str) -> str:
@@ -362,16 +347,19 @@ class _Check:
         started = time.perf_counter()
         r = self.result
         self.emit(
-            f"parity check: fp32 vs {r.mixed}, {r.epochs} epoch(s), seed {r.seed}, on {r.device}",
-            phase="start", mixed=r.mixed, epochs=r.epochs,
+            f"parity check: fp32 vs {r.mixed}, {r.epochs} epoch{'s' * (r.epochs > 1)}, "
+            f"seed {r.seed}, on {r.device}",
+            phase="start", mixed=r.mixed, epochs=r.epochs, early_steps=early_steps,
         )  # fmt: skip
         if early_steps:
             self.early_check(early_steps)
         for i, name in enumerate(RUNS):
             if r.status != "completed":
                 break
-            self.emit(f"parity: training {self.label(name)} ({i + 1}/2)", phase="run", run=name)
-            self.train(name, run_dir / name if run_dir else None)
+            self.emit(
+                f"parity: training {self.label(name)} ({i + 1}/2)", phase="run", training=name
+            )
+            self.train(name)
         r.elapsed_s = time.perf_counter() - started
         if r.status == "completed" and r.gap_points is None:
             r.status, r.message = "failed", "a run ended without a validation accuracy"
@@ -387,10 +375,10 @@ class _Check:
             cfg = self.configs[name]
             cfg = replace(cfg, train=replace(cfg.train, log_every=1, eval_every_epoch=False))
             outcome = run(cfg, recorder, probe)
-            self.result.early_losses[self.label(name)] = [loss for _, loss in recorder.losses]
+            self.result.early_losses[name] = [loss for _, loss in recorder.losses]
             if not self.check_outcome(name, outcome, "in the early check"):
                 return
-        fp32, mixed = (self.result.early_losses[self.label(n)] for n in RUNS)
+        fp32, mixed = (self.result.early_losses[n] for n in RUNS)
         diff = max_rel_diff(fp32, mixed)
         self.result.early_max_rel_loss_diff = diff
         warn = diff is not None and diff > EARLY_WARN_REL_DIFF
@@ -398,16 +386,16 @@ class _Check:
         self.emit(
             f"early check: largest relative train-loss difference over the first "
             f"{min(len(fp32), len(mixed))} steps: {shown}"
-            + (" (above 10%: expect a FAIL)" if warn else ""),
+            + (f" (above {EARLY_WARN_REL_DIFF:.0%}: expect a FAIL)" if warn else ""),
             level="warning" if warn else "info", phase="early",
             early_max_rel_loss_diff=diff, early_losses=self.result.early_losses,
         )  # fmt: skip
 
-    def train(self, name: str, run_dir: Path | None) -> None:
+    def train(self, name: str) -> None:
         recorder = RunRecorder(self.sink, name)
-        outcome = run(self.configs[name], recorder, self.control, run_dir=run_dir)
+        outcome = run(self.configs[name], recorder, self.control)  # no run dir: nothing to keep
         r = self.result
-        r.train_loss[self.label(name)] = recorder.losses
+        r.train_loss[name] = recorder.losses
         if name == "fp32":
             r.fp32_samples_per_s = outcome.samples_per_s
         else:

@@ -67,3 +67,10 @@ class StepProfiler:
                 "table": table,
             }
         )
+
+    def close(self) -> None:
+        """End a profile still open when the run stops or fails: a profiler left running
+        crashes the interpreter at exit."""
+        if self._prof is not None:
+            prof, self._prof = self._prof, None
+            prof.__exit__(None, None, None)

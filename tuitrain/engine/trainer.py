@@ -67,6 +67,11 @@ def header_record(
         "steps_per_epoch": parts.steps_per_epoch,
         "total_steps": parts.total_steps,
         "run_dir": str(run_dir) if run_dir else None,
+        "device_memory_bytes": (
+            torch.cuda.get_device_properties(parts.device).total_memory
+            if parts.device.type == "cuda"
+            else None
+        ),
     }
 
 
@@ -104,6 +109,9 @@ def run(
         status = trainer.fit()
     except BaseException as exc:  # noqa: BLE001 - every failure must end the run cleanly
         return fail(exc, sink, control, trainer, started)
+    finally:
+        if trainer is not None:
+            trainer.profiler.close()
     reason = control.stop_reason if status == "stopped" else "reached the configured steps/epochs"
     control.state = status
     result = RunResult(

@@ -9,6 +9,7 @@ wires the sinks, owns the `Control` the UI steers the run with, and runs the eng
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -28,6 +29,7 @@ from tuitrain.metrics.store import MetricStore
 Record = Mapping[str, Any]
 
 SEQ_KEY = "_seq"  # arrival order of a record, stamped on the store copy only
+_ARRIVALS = itertools.count()  # shared by every sink of the process: always increasing
 STEP_KEY = "_step"  # the latest train step when an event arrived
 
 
@@ -41,7 +43,6 @@ class TimelineStoreSink(Sink):
 
     def __init__(self, store: MetricStore) -> None:
         self.store = store
-        self._seq = itertools.count()
         self._step: Any = None
 
     def write(self, record: Record) -> None:
@@ -51,8 +52,12 @@ class TimelineStoreSink(Sink):
             self.store.push(record)
             return
         if kind in ("event", "eval"):
-            step = record.get("step", self._step) if kind == "eval" else self._step
-            record = {**record, SEQ_KEY: next(self._seq), STEP_KEY: step}
+            step = record.get("step")
+            if step is None:
+                step = self._step
+            elif kind == "eval":
+                self._step = step  # the step the run has reached, for the events after it
+            record = {**record, SEQ_KEY: next(_ARRIVALS), STEP_KEY: step}
         self.store.push(record)
 
 
@@ -156,10 +161,8 @@ class EngineHost:
         finally:
             self.ended.set()
             if self.on_end is not None:
-                try:
+                with contextlib.suppress(Exception):  # the UI may be gone: nothing to tell
                     self.on_end(self)
-                except Exception:  # noqa: BLE001 - the UI may be gone; nothing to tell
-                    pass
 
     def _run(self) -> RunResult:
         run_dir = prepare_run_dir(self.cfg, self.requested_run_dir)

@@ -12,15 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tuitrain.engine.meter import data_wait_verdict as engine_data_wait_verdict
+from tuitrain.engine.verdicts import data_wait_verdict as engine_data_wait_verdict
 from tuitrain.metrics.format import DASH
 from tuitrain.metrics.store import Series, Snapshot
 
 Record = Mapping[str, Any]
 
 LOSS_SMOOTHING = 0.6  # EMA weight, as in TensorBoard's and W&B's smoothing slider
-
-ACTIVE_STATES = ("starting", "compiling", "running", "paused", "evaluating")
 
 
 # ------------------------------------------------------------------------------ numbers
@@ -188,11 +186,11 @@ def no_scaler_reason(precision: str | None) -> str | None:
     """Why a run has no GradScaler (None when it has one or the precision is unknown)."""
     if precision == "bf16":
         return (
-            "no GradScaler with bf16: bf16 keeps fp32's exponent range, so small "
+            "no GradScaler with bf16:\nbf16 keeps fp32's exponent range, so small "
             "gradients do not underflow and need no loss scaling"
         )
     if precision == "fp32":
-        return "no GradScaler with fp32: full precision needs no loss scaling"
+        return "no GradScaler with fp32:\nfull precision needs no loss scaling"
     return None
 
 
@@ -262,3 +260,15 @@ def pick_unit(max_bytes: float) -> tuple[float, str]:
         if max_bytes >= div:
             return float(div), unit
     return 1.0, "B"
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """Everything a panel may show at one tick: the snapshot plus live facts of the host."""
+
+    snap: Snapshot
+    engine_state: str | None = None  # Control.state of the live run; None in watch mode
+    pausing: bool = False  # pause requested, engine not yet at a step boundary
+    live: bool = False  # a run is hosted by this process (not watching records)
+    host_memory: int | None = None  # physical memory of this machine, live CPU runs only
+    elapsed_s: float | None = None  # wall time since the live run started

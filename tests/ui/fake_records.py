@@ -1,0 +1,148 @@
+"""Deterministic records in the metric contract's shape, for snapshot tests and demos.
+
+No randomness and no clock: the same calls give the same records, so screenshots of an
+engine-less app fed with them are stable.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tuitrain.metrics.store import MetricStore
+from tuitrain.ui.host import TimelineStoreSink
+
+GiB = 1 << 30
+
+
+def header(precision: str = "fp16", device: str = "cuda", total_steps: int = 600) -> dict:
+    on_cuda = device.startswith("cuda")
+    return {
+        "type": "header",
+        "preset": f"fashion-{precision}",
+        "config": {
+            "preset": {"description": "deterministic test records"},
+            "model": {"name": "fashion_cnn", "dropout": 0.5, "channels_last": False},
+            "data": {
+                "name": "fashion_mnist",
+                "loader": "dataloader" if on_cuda else "device",
+                "batch_size": 256,
+                "num_workers": 2,
+                "pin_memory": True,
+            },
+            "optim": {
+                "name": "adamw",
+                "lr": 3e-3,
+                "schedule": "cosine",
+                "warmup_steps": 50,
+                "grad_accum": 1,
+            },
+            "train": {"epochs": 3, "log_every": 2},
+            "run": {"run_dir": ""},
+        },
+        "device": "cuda:0" if on_cuda else "cpu",
+        "device_name": "NVIDIA H200" if on_cuda else "CPU (AVX512, 2 threads)",
+        "device_memory_bytes": 140 * GiB if on_cuda else None,
+        "precision": precision,
+        "compile": on_cuda,
+        "world_size": 1,
+        "torch": "2.14.1",
+        "tuitrain": "0.1.0",
+        "python": "3.11.7",
+        "time": "2026-01-01T00:00:00+00:00",
+        "data": "Fashion-MNIST (60,000 train / 10,000 val)",
+        "params": 824458,
+        "global_batch": 256,
+        "steps_per_epoch": 200,
+        "total_steps": total_steps,
+        "run_dir": "runs/snapshot-run",
+    }
+
+
+def train(step: int, precision: str, on_cuda: bool) -> dict[str, Any]:
+    loss = 0.35 + 1.9 * math.exp(-step / 60) + 0.06 * math.sin(step / 3.0)
+    wait = 0.04 + 0.1 * (step / 400) + 0.03 * math.sin(step / 7.0)
+    scale = None
+    skipped = None
+    if precision == "fp16":
+        overflows = [150, 260, 330]
+        skipped = sum(1 for s in overflows if s <= step)
+        scale = 65536.0 * 2 ** (step // 100) / 2**skipped
+    alloc = (1.2 + 0.05 * math.sin(step / 9)) * GiB
+    return {
+        "type": "train",
+        "step": step,
+        "epoch": round(step / 200, 4),
+        "samples": step * 256,
+        "loss": loss,
+        "lr": 3e-3 * 0.5 * (1 + math.cos(math.pi * step / 600)),
+        "samples_per_s": 41000 + 3000 * math.sin(step / 11.0) + (0 if step > 20 else -15000),
+        "step_time_s": 256 / 41000,
+        "data_wait_s": wait * 0.0125,
+        "data_wait_frac": wait,
+        "mem_alloc_bytes": alloc if on_cuda else None,
+        "mem_reserved_bytes": 2.0 * GiB if on_cuda else None,
+        "mem_peak_bytes": 1.6 * GiB if on_cuda else None,
+        "host_rss_bytes": 812 * (1 << 20) + step * 4096,
+        "gpu_util_pct": 87.0 if on_cuda else None,
+        "gpu_mem_used_bytes": 2.6 * GiB if on_cuda else None,
+        "grad_scale": scale,
+        "skipped_steps": skipped,
+        "grad_norm": 1.5 + 2.0 * math.exp(-step / 80),
+    }
+
+
+def records(precision: str = "fp16", device: str = "cuda", steps: int = 400) -> list[dict]:
+    """A header, a train record every 2 steps up to `steps`, evals per epoch and events."""
+    on_cuda = device.startswith("cuda")
+    out: list[dict[str, Any]] = [header(precision, device)]
+    if on_cuda:
+        out.append(
+            {
+                "type": "event",
+                "level": "info",
+                "kind": "compile_done",
+                "seconds": 21.4,
+                "message": "torch.compile done in 21.4 s (first step, not counted in throughput)",
+            }
+        )
+    for step in range(2, steps + 1, 2):
+        out.append(train(step, precision, on_cuda))
+        if step == 4:
+            out.append(
+                {
+                    "type": "event",
+                    "level": "warning",
+                    "kind": "data_wait",
+                    "message": "data wait 12% of step time (warning): raise data.num_workers",
+                }
+            )
+        if step % 200 == 0:
+            epoch = step // 200
+            out.append(
+                {
+                    "type": "eval",
+                    "step": step,
+                    "epoch": float(epoch),
+                    "val_loss": 0.52 - 0.1 * epoch,
+                    "val_acc": 0.81 + 0.03 * epoch,
+                }
+            )
+            out.append(
+                {
+                    "type": "event",
+                    "level": "info",
+                    "kind": "checkpoint",
+                    "message": f"checkpoint saved at step {step} (epoch end)",
+                }
+            )
+    return out
+
+
+def filled_store(precision: str = "fp16", device: str = "cuda", steps: int = 400) -> MetricStore:
+    """A store fed through the UI's own sink (so events carry their arrival order)."""
+    store = MetricStore()
+    sink = TimelineStoreSink(store)
+    for rec in records(precision, device, steps):
+        sink.write(rec)
+    return store

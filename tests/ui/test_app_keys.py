@@ -1,0 +1,155 @@
+"""Keys and layout of the engine-less app (fed deterministic records), plus s/f on a live run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from textual.binding import Binding
+from textual.widgets import Sparkline
+
+from tests.ui.fake_records import filled_store
+from tests.ui.pilot_tools import record_notifications, text_of, wait_for
+from tuitrain.config import load_preset
+from tuitrain.metrics.store import MetricStore
+from tuitrain.ui import app as app_module
+from tuitrain.ui.app import TuitrainApp
+from tuitrain.ui.host import EngineHost
+from tuitrain.ui.screens.help import HelpScreen
+from tuitrain.ui.screens.parity import ParityScreen
+from tuitrain.ui.screens.profile import ProfileScreen
+from tuitrain.ui.widgets.chart import MetricChart
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def test_help_lists_every_binding() -> None:
+    app = TuitrainApp(store=filled_store())
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        text = text_of(app.screen.query_one("#help-keys"))
+        for binding in Binding.make_bindings(TuitrainApp.BINDINGS):
+            assert binding.description in text and binding.tooltip in text
+            assert app.get_key_display(binding) in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_parity_key_opens_its_screen() -> None:
+    app = TuitrainApp(store=filled_store())
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("c")
+        assert isinstance(app.screen, ParityScreen)
+        assert "not available yet" in text_of(app.screen.query_one(".dialog-note"))
+        await pilot.press("escape")
+        assert not isinstance(app.screen, ParityScreen)
+
+
+async def test_engine_keys_without_an_engine_say_so() -> None:
+    app = TuitrainApp(store=filled_store())
+    messages = record_notifications(app)
+    async with app.run_test(size=(120, 36)) as pilot:
+        for key in ("space", "s", "f", "p"):
+            await pilot.press(key)
+        assert len(messages) == 4 and all("only watching" in m for m in messages)
+        await pilot.press("q")  # nothing to stop: exits at once
+    assert app.return_value == 0
+
+
+async def test_command_palette_lists_the_actions() -> None:
+    app = TuitrainApp(store=filled_store())
+    async with app.run_test(size=(120, 36)):
+        titles = [cmd.title for cmd in app.get_system_commands(app.screen)]
+    for wanted in ("Preset (p)", "Parity (c)", "Pause", "Checkpoint (s)", "Profile (f)", "Help"):
+        assert any(t.startswith(wanted) for t in titles), (wanted, titles)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36), (160, 48), (200, 60)])
+async def test_layout_fits(size: tuple[int, int]) -> None:
+    """Charts from 100 columns and 30 rows up; sparklines below; every panel on screen."""
+    app = TuitrainApp(store=filled_store())
+    async with app.run_test(size=size) as pilot:
+        app.poll_all()
+        await pilot.pause()
+        compact = size[0] < 100 or size[1] < 30
+        charts = [c for c in app.query(MetricChart) if c.display]
+        sparks = [s for s in app.query(Sparkline) if s.display]
+        assert (len(sparks), len(charts)) == ((5, 0) if compact else (0, 5))
+        for widget in [*app.panels, app.event_log, app.status_bar]:
+            region = widget.region
+            assert region.width > 0 and region.height > 0, widget
+            assert region.right <= size[0] and region.bottom <= size[1] - 1, widget
+
+
+async def test_resize_switches_layout() -> None:
+    app = TuitrainApp(store=filled_store())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        assert app.screen.has_class("-wide")
+        await pilot.resize_terminal(80, 24)
+        app.poll_all()
+        await pilot.pause()
+        assert app.screen.has_class("-narrow")
+        assert all(not c.display for c in app.query(MetricChart))
+        assert app.footer.compact and not app.footer.show_command_palette
+
+
+async def test_checkpoint_and_profile_keys(
+    ui_overrides: Callable[..., list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(app_module, "PROFILE_STEPS", 3)  # the profiler is slow on a CPU
+    overrides = ui_overrides(epochs=40)
+    app = TuitrainApp(host=EngineHost(load_preset("fashion-mini", overrides), MetricStore()))
+    messages = record_notifications(app)
+    async with app.run_test(size=(120, 36)) as pilot:
+        assert app.host is not None
+        await wait_for(pilot, lambda: app.host.control.state == "running", what="the first step")
+        await pilot.press("s")
+        await wait_for(
+            pilot,
+            lambda: any("checkpoint saved" in m for m in messages),
+            what="the checkpoint",
+        )
+        saved = [e for e in app.store.snapshot().events if e.get("kind") == "checkpoint"]
+        assert saved and "(requested)" in saved[-1]["message"]
+        await pilot.press("f")
+        await wait_for(
+            pilot, lambda: isinstance(app.screen, ProfileScreen), timeout=60, what="the profile"
+        )
+        table = text_of(app.screen.query_one("#profile-table"))
+        assert "Name" in table and "CPU" in table
+        await pilot.press("escape")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, what="the exit")
+
+
+async def test_plots_redraw_only_on_new_data_and_decimated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Render budget: no redraw without new data; at most ~2 points per plot column."""
+    store = filled_store(steps=2000)  # 1,000 train points per series
+    draws: list[tuple[int, int]] = []  # (most points in a line, plot columns)
+    real_draw = MetricChart.draw
+
+    def counting_draw(self: MetricChart, lines, **kwargs) -> None:  # noqa: ANN001
+        draws.append((max((len(line.xs) for line in lines), default=0), self.plot_columns()))
+        real_draw(self, lines, **kwargs)
+
+    monkeypatch.setattr(MetricChart, "draw", counting_draw)
+    app = TuitrainApp(store=store)
+    async with app.run_test(size=(120, 36)) as pilot:
+        app.poll_all()
+        await pilot.pause()
+        first = len(draws)
+        assert first >= 5  # once per chart, again if the layout settled after the first
+        assert all(points <= 2 * columns for points, columns in draws)
+        app.poll_plots()
+        app.poll_plots()
+        assert len(draws) == first, "redrawn without new data"
+        store.push({"type": "event", "level": "info", "message": "not plotted"})
+        app.poll_plots()
+        assert len(draws) == first, "an event redrew the charts"
+        store.push({"type": "train", "step": 2002, "loss": 0.3, "samples_per_s": 4e4})
+        app.poll_plots()
+        assert len(draws) == first + 2, "only the loss and throughput charts have new data"

@@ -1,0 +1,89 @@
+"""EngineHost: a real tiny run in its thread, its files, its notes, failures and run_app."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.ui.pilot_tools import engine_threads, wait_for
+from tuitrain.config import load_preset
+from tuitrain.metrics.store import MetricStore
+from tuitrain.ui import app as app_module
+from tuitrain.ui.host import SEQ_KEY, EngineHost, sibling_run_dir, ui_event
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_host_runs_to_completion(ui_overrides: Callable[..., list[str]]) -> None:
+    ended = threading.Event()
+    store = MetricStore()
+    cfg = load_preset("fashion-mini", ui_overrides("train.pace_s=0", epochs=1))
+    note = ui_event("switched preset a → b", kind="preset_switch")
+    host = EngineHost(cfg, store, notes=[note], on_end=lambda h: ended.set())
+    host.start()
+    assert ended.wait(60) and host.join(5)
+    assert host.result is not None and host.result.status == "completed"
+    assert host.run_dir is not None
+    records = read(host.run_dir / "metrics.jsonl")
+    assert [r["type"] for r in records[:2]] == ["header", "event"]
+    assert records[1]["kind"] == "preset_switch", "notes follow the header"
+    assert records[-1]["type"] == "end"
+    assert all(SEQ_KEY not in r for r in records), "stamps stay in the store"
+    assert (host.run_dir / "config.toml").is_file()
+    assert "end   completed" in (host.run_dir / "train.log").read_text()
+    snap = store.snapshot()
+    assert snap.end is not None and all(SEQ_KEY in e for e in snap.events)
+
+
+def test_unwritable_run_dir_is_a_failure_not_a_crash(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    cfg = load_preset("fashion-mini", [f'run.run_dir="{blocker / "run"}"'])
+    store = MetricStore()
+    host = EngineHost(cfg, store)
+    host.start()
+    assert host.join(30)
+    assert host.result is not None and host.result.status == "failed"
+    assert host.result.exit_code == 2
+    snap = store.snapshot()
+    assert snap.end is not None and snap.end["status"] == "failed"
+    assert any(e.get("kind") == "failed" and "not writable" in e["message"] for e in snap.events)
+    assert host.control.state == "failed"
+
+
+def test_sibling_run_dir_is_fresh(tmp_path: Path) -> None:
+    first = sibling_run_dir(tmp_path / "old", "p")
+    assert first is not None and first.parent == tmp_path and first.name.startswith("p-")
+    first.mkdir()
+    second = sibling_run_dir(tmp_path / "old", "p")
+    assert second is not None and second != first and not second.exists()
+    assert sibling_run_dir(None, "p") is None
+
+
+def test_run_app_leaves_no_engine_thread(
+    ui_overrides: Callable[..., list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run_app end to end (headless): quit mid-run, then no engine thread is left."""
+    real_run = app_module.TuitrainApp.run
+
+    async def quit_after_a_few_steps(pilot) -> None:  # noqa: ANN001 - textual's Pilot
+        app = pilot.app
+        await wait_for(pilot, lambda: (app.store.snapshot().latest or {}).get("step", 0) >= 2)
+        await pilot.press("q")
+
+    def headless_run(self: app_module.TuitrainApp) -> int | None:
+        return real_run(self, headless=True, size=(120, 36), auto_pilot=quit_after_a_few_steps)
+
+    monkeypatch.setattr(app_module.TuitrainApp, "run", headless_run)
+    overrides = ui_overrides(epochs=40)
+    code = app_module.run_app(load_preset("fashion-mini", overrides), overrides)
+    assert code == 0
+    assert not engine_threads()

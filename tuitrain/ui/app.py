@@ -1,0 +1,306 @@
+"""The Textual app: a live dashboard over one hosted run, plus the keys that steer it.
+
+`run_app(cfg, overrides)` is what `tuitrain` runs in a terminal. The engine runs in the
+`EngineHost`'s thread; the app polls the store on timers (text 5 Hz, plots 2 Hz, each only
+when the data changed) and hears about the run's end through a posted `RunEnded` message.
+Built with `host=None` it only watches the store it is given (snapshot tests, `watch`).
+
+Exit codes of `run_app`: 0 when the last run completed or was stopped from the UI; the run's
+own exit code (1, or 2 for a preset/data error) when the last run failed and the user quit.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable, Sequence
+
+from textual import events
+from textual.app import ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Grid
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from tuitrain.config import Config, describe_presets
+from tuitrain.engine.rundir import prepare_run_dir
+from tuitrain.errors import EXIT_SIGINT
+from tuitrain.metrics.store import MetricStore
+from tuitrain.ui.host import EngineHost
+from tuitrain.ui.screens.help import HelpScreen
+from tuitrain.ui.screens.parity import ParityScreen
+from tuitrain.ui.screens.presets import PresetScreen
+from tuitrain.ui.screens.profile import ProfileScreen
+from tuitrain.ui.session import NEEDS_ENGINE, RunEnded, SessionApp
+from tuitrain.ui.terminal import native_stderr_to
+from tuitrain.ui.view import Frame, failure
+from tuitrain.ui.widgets.banner import Banner, failure_text
+from tuitrain.ui.widgets.datawait import DataWaitPanel
+from tuitrain.ui.widgets.events import EventLog
+from tuitrain.ui.widgets.loss import LossPanel
+from tuitrain.ui.widgets.memory import MemoryPanel
+from tuitrain.ui.widgets.overview import OverviewPanel
+from tuitrain.ui.widgets.panel import Panel
+from tuitrain.ui.widgets.scaler import ScalerPanel
+from tuitrain.ui.widgets.status import StatusBar
+from tuitrain.ui.widgets.throughput import ThroughputPanel
+
+TEXT_INTERVAL_S = 0.2  # text at 5 Hz
+PLOT_INTERVAL_S = 0.5  # plots at 2 Hz
+PROFILE_STEPS = 20
+JOIN_TIMEOUT_S = 30.0  # after the app exits, how long run_app waits for the engine thread
+QUIT_TIP = "Stop at a step boundary, finish writing, exit (press again: exit now)"
+
+__all__ = ["RunEnded", "TuitrainApp", "run_app"]
+
+
+class TuitrainApp(SessionApp):
+    """Status, six panels and an event log over a MetricStore; keys steer the hosted run."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "tuitrain"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
+    BINDINGS = [
+        Binding("p", "pick_preset", "Preset", tooltip="Pick a preset: stop this run, start it"),
+        Binding("c", "parity", "Parity", tooltip="Open the fp32-vs-mixed parity check"),
+        Binding("space", "toggle_pause", "Pause", tooltip="Pause or resume at a step boundary"),
+        Binding("s", "checkpoint", "Checkpoint", tooltip="Save a checkpoint after this step"),
+        Binding("f", "profile", "Profile", tooltip=f"Profile the next {PROFILE_STEPS} steps"),
+        Binding("question_mark", "help", "Help", tooltip="This list of keys"),
+        Binding("ctrl+p", "command_palette", "Commands", show=False, tooltip="Command palette"),
+        Binding("q", "quit", "Quit", tooltip=QUIT_TIP),
+        Binding("ctrl+q", "quit", "Quit", show=False, priority=True, tooltip=QUIT_TIP),
+    ]
+
+    def __init__(
+        self,
+        store: MetricStore | None = None,
+        host: EngineHost | None = None,
+        overrides: Sequence[str] = (),
+    ) -> None:
+        super().__init__(store=store, host=host, overrides=overrides)
+        self.profile_wanted = False  # f was pressed: open the table when it arrives
+        self.checkpoint_wanted = False  # s was pressed: say where the checkpoint went
+        self.last_event: object = None  # the newest event already acted on
+        self._text_version = -1
+        self.footer = Footer()
+
+    # -- layout ----------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield StatusBar(id="status")
+        yield Banner(id="banner")
+        with Grid(id="panels"):
+            yield LossPanel(id="loss")
+            yield ThroughputPanel(id="throughput")
+            yield MemoryPanel(id="memory")
+            yield ScalerPanel(id="scaler")
+            yield DataWaitPanel(id="datawait")
+            yield OverviewPanel(id="overview")
+        yield EventLog(id="events")
+        yield self.footer
+
+    def on_mount(self) -> None:
+        # Kept as references: App.query looks at the active screen, a dialog while one is open.
+        self.status_bar = self.query_one(StatusBar)
+        self.banner = self.query_one(Banner)
+        self.event_log = self.query_one(EventLog)
+        self.panels: list[Panel] = list(self.query(Panel))
+        self.set_interval(TEXT_INTERVAL_S, self.poll_text)
+        self.set_interval(PLOT_INTERVAL_S, self.poll_plots)
+        if self.host is not None:
+            self.install_signal_handlers()
+            if self.host.thread is None:
+                self.launch(self.host)
+        self.call_after_refresh(self.poll_all)
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Narrow terminals: a compact footer without the palette hint, so q Quit fits."""
+        footer = self.footer
+        footer.compact = event.size.width < 100
+        footer.show_command_palette = event.size.width >= 100
+
+    def reset_view(self) -> None:
+        for panel in self.panels:
+            panel.reset()
+        self.event_log.reset()
+        self.profile_wanted = self.checkpoint_wanted = False
+        self.last_event = None
+
+    def refresh_view(self) -> None:
+        self.poll_all()
+
+    # -- polling ---------------------------------------------------------------------------
+    def frame(self) -> Frame:
+        snap = self.store.snapshot()
+        host = self.host
+        if host is None:
+            return Frame(snap)
+        ctl = host.control
+        elapsed = None
+        if snap.end is not None and snap.end.get("elapsed_s") is not None:
+            elapsed = float(snap.end["elapsed_s"])
+        elif host.started_at is not None and host.alive:
+            elapsed = time.monotonic() - host.started_at
+        pausing = ctl.paused and ctl.state != "paused"
+        return Frame(snap, ctl.state, pausing, True, self.host_memory, elapsed)
+
+    def poll_all(self) -> None:
+        self.poll_text()
+        self.poll_plots()
+
+    def poll_text(self) -> None:
+        frame = self.frame()
+        self.status_bar.refresh_text(frame, stopping=self.pending is not None)
+        self.refresh_banner(frame)
+        if frame.snap.version == self._text_version:
+            return
+        self._text_version = frame.snap.version
+        for panel in self.panels:
+            panel.refresh_text(frame)
+        self.event_log.refresh_text(frame)
+        self.act_on_new_events(frame)
+
+    def poll_plots(self) -> None:
+        snap = self.store.snapshot()
+        for panel in self.panels:
+            panel.refresh_plot(snap)
+
+    def refresh_banner(self, frame: Frame) -> None:
+        banner = self.banner
+        latest = frame.snap.latest or {}
+        last_step = latest.get("step")
+        past = f" (last logged step {last_step})" if last_step is not None else ""
+        if self.pending == "quit":
+            banner.show(
+                f"stopping: waiting for the engine to finish its current step{past} "
+                "and write its files… ([b]q[/b] again to force)"
+            )
+        elif self.pending == "switch" and self.pending_cfg is not None:
+            banner.show(
+                f"switching to preset [b]{self.pending_cfg.name}[/b]: waiting for the engine "
+                f"to finish its current step{past} and write its files…"
+            )
+        elif (fail := failure(frame.snap)) is not None:
+            run_dir = (frame.snap.header or {}).get("run_dir") or (
+                str(self.host.run_dir) if self.host and self.host.run_dir else None
+            )
+            banner.show(failure_text(fail, run_dir), "error")
+        else:
+            banner.clear()
+
+    def act_on_new_events(self, frame: Frame) -> None:
+        """Open the profile table and confirm the checkpoint the user asked for."""
+        recent = frame.snap.events
+        if not recent or recent[-1] is self.last_event:
+            return
+        start = 0
+        for i in range(len(recent) - 1, -1, -1):
+            if recent[i] is self.last_event:
+                start = i + 1
+                break
+        self.last_event = recent[-1]
+        for event in recent[start:]:
+            kind = event.get("kind")
+            if kind == "profile" and self.profile_wanted:
+                self.profile_wanted = False
+                table = str(event.get("table") or "")
+                self.push_screen(ProfileScreen(str(event.get("message", "")), table))
+            elif kind in ("checkpoint", "checkpoint_failed") and self.checkpoint_wanted:
+                self.checkpoint_wanted = False
+                severity = "information" if kind == "checkpoint" else "error"
+                self.notify(str(event.get("message", "")), severity=severity, timeout=6)
+
+    # -- actions ---------------------------------------------------------------------------
+    async def action_quit(self) -> None:
+        self.request_quit()
+
+    def action_toggle_pause(self) -> None:
+        host = self.live_host()
+        if host is None or self.pending:
+            return
+        paused = host.control.toggle_pause()
+        self.notify("pausing at the next step boundary" if paused else "resuming", timeout=2)
+        self.poll_text()
+
+    def action_checkpoint(self) -> None:
+        host = self.live_host()
+        if host is None:
+            return
+        host.control.request_checkpoint()
+        self.checkpoint_wanted = True
+        self.notify("checkpoint requested: it is saved after the current step", timeout=3)
+
+    def action_profile(self) -> None:
+        host = self.live_host()
+        if host is None:
+            return
+        host.control.request_profile(PROFILE_STEPS)
+        self.profile_wanted = True
+        self.notify(f"profiling the next {PROFILE_STEPS} steps; the table opens when done")
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.BINDINGS))
+
+    def action_parity(self) -> None:
+        self.push_screen(ParityScreen())
+
+    def action_pick_preset(self) -> None:
+        if self.host is None:
+            self.notify(NEEDS_ENGINE, severity="warning")
+            return
+        if self.pending == "quit" or isinstance(self.screen, PresetScreen):
+            return
+        current = self.host.cfg.name
+        picker = PresetScreen(describe_presets(), current, self.switch_overrides())
+        self.push_screen(picker, self.switch_to)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """The command palette lists every key's action, from BINDINGS."""
+        yield from super().get_system_commands(screen)
+        seen: set[str] = set()
+        for binding in Binding.make_bindings(self.BINDINGS):
+            if binding.action in seen or binding.action == "command_palette":
+                continue
+            seen.add(binding.action)
+            action = binding.action
+            yield SystemCommand(
+                f"{binding.description} ({self.get_key_display(binding)})",
+                binding.tooltip or binding.description,
+                lambda action=action: self.call_later(self.run_action, action),
+            )
+
+
+def run_app(cfg: Config, overrides: Sequence[str]) -> int:
+    """Run the dashboard over `cfg` until the user quits; no engine thread outlives it.
+
+    Native stderr (torch's C++ warnings, profiler logs) goes to the first run dir's
+    native-stderr.log while the app draws, so it cannot scribble over the screen.
+    """
+    run_dir = prepare_run_dir(cfg)
+    host = EngineHost(cfg, MetricStore(), run_dir=run_dir)
+    code: int | None = None
+    with native_stderr_to(run_dir / "native-stderr.log"):
+        app = TuitrainApp(host=host, overrides=overrides)
+        try:
+            code = app.run()
+        finally:
+            last = app.host or host
+            last.request_stop("quit from the UI")
+            last.join(0.5)
+    if last.alive:
+        print(
+            f"tuitrain: waiting up to {JOIN_TIMEOUT_S:.0f} s for the engine to finish its step "
+            "and write its files (Ctrl-C abandons it)…",
+            file=sys.stderr,
+        )
+        try:
+            stopped = last.join(JOIN_TIMEOUT_S)
+        except KeyboardInterrupt:
+            stopped = False
+            code = EXIT_SIGINT
+        if not stopped:
+            print("tuitrain: exiting without waiting for the engine", file=sys.stderr)
+    if last.run_dir is not None:
+        print(f"tuitrain: run dir {last.run_dir}", file=sys.stderr)
+    return code if isinstance(code, int) else app.exit_code()

@@ -1,0 +1,1 @@
+"""Modal screens: help, preset picker, profile table and the parity check."""

@@ -1,0 +1,61 @@
+"""Help screen: every key of the app, generated from its BINDINGS (never hand-duplicated)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.markup import escape
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+PANELS = (
+    "Loss: smoothed train loss per step, validation loss per epoch, accuracy · "
+    "Throughput: samples/s and step time · Memory: device alloc/reserved/peak, or host RSS "
+    "on CPU · GradScaler: fp16 loss scale on a log2 axis · Data wait: share of step time "
+    "waiting for the loader, with a verdict · Events: compile, epochs, warnings, errors"
+)
+
+
+def binding_rows(
+    app_bindings: Iterable[BindingType], key_display: Callable[[Binding], str]
+) -> list[tuple[str, str, str]]:
+    """(keys, description, tooltip) per action; keys of one action joined: `q / ^q`."""
+    rows: dict[str, tuple[list[str], Binding]] = {}
+    for binding in Binding.make_bindings(app_bindings):
+        keys, _first = rows.setdefault(binding.action, ([], binding))
+        shown = key_display(binding)
+        if shown not in keys:
+            keys.append(shown)
+    return [(" / ".join(keys), first.description, first.tooltip) for keys, first in rows.values()]
+
+
+class HelpScreen(ModalScreen[None]):
+    """Lists every key with what it does; escape, q or ? closes it."""
+
+    BINDINGS = [Binding("escape,q,question_mark", "close", "Close help")]
+
+    def __init__(self, bindings: Iterable[BindingType]) -> None:
+        super().__init__()
+        self.app_bindings = list(bindings)
+
+    def compose(self) -> ComposeResult:
+        rows = binding_rows(self.app_bindings, self.app.get_key_display)
+        key_width = max((len(keys) for keys, _, _ in rows), default=0)
+        name_width = max((len(name) for _, name, _ in rows), default=0)
+        lines = [
+            f"[b $accent]{escape(keys):<{key_width}}[/]  [b]{escape(name):<{name_width}}[/]  "
+            f"{escape(tip)}"
+            for keys, name, tip in rows
+        ]
+        with Vertical(id="help-dialog", classes="dialog") as dialog:
+            dialog.border_title = "tuitrain · keys"
+            dialog.border_subtitle = "escape closes"
+            with VerticalScroll():
+                yield Static("\n".join(lines), id="help-keys")
+                yield Static(f"[$foreground-muted]{escape(PANELS)}[/]", id="help-panels")
+
+    def action_close(self) -> None:
+        self.dismiss(None)

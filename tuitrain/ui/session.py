@@ -1,0 +1,192 @@
+"""SessionApp: the hosted-run lifecycle under the dashboard (start, switch, quit, signals).
+
+One run at a time, owned by an `EngineHost`. Stopping is always asynchronous: the engine is
+asked to stop at a step boundary, the UI keeps running and says what it waits for, and the
+`RunEnded` message (posted from the engine thread) triggers what comes next: exit, or the
+next preset. `TuitrainApp` adds the layout, the polling and the keys on top.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from textual.app import App
+from textual.message import Message
+
+from tuitrain.config import Config, load_preset
+from tuitrain.errors import EXIT_SIGTERM, UserError
+from tuitrain.metrics.store import MetricStore
+from tuitrain.ui.host import EngineHost, sibling_run_dir, ui_event
+from tuitrain.ui.view import host_memory_bytes
+
+NEEDS_ENGINE = "this key steers a live run; the app is only watching records"
+EXIT_SIGHUP = 129
+STOP_SIGNALS = {signal.SIGTERM: ("SIGTERM", EXIT_SIGTERM), signal.SIGHUP: ("SIGHUP", EXIT_SIGHUP)}
+
+
+class RunEnded(Message):
+    """Posted from the engine thread when a hosted run has ended (thread-safe)."""
+
+    def __init__(self, host: EngineHost) -> None:
+        super().__init__()
+        self.host = host
+
+
+class SessionApp(App[int]):
+    """Owns the current `EngineHost` and the quit/switch state machine."""
+
+    def __init__(
+        self,
+        store: MetricStore | None = None,
+        host: EngineHost | None = None,
+        overrides: Sequence[str] = (),
+    ) -> None:
+        super().__init__()
+        self.store = host.store if host is not None else (store or MetricStore())
+        self.host = host
+        self.overrides = list(overrides)
+        self.host_memory = host_memory_bytes() if host is not None else None
+        self.pending: str | None = None  # "quit" or "switch" while the engine stops
+        self.pending_cfg: Config | None = None
+        self.signal_exit_code: int | None = None
+
+    # -- hooks for the dashboard ---------------------------------------------------------
+    def reset_view(self) -> None:
+        """Forget what the panels drew (a new run starts)."""
+
+    def refresh_view(self) -> None:
+        """Redraw now (after a state change the user caused)."""
+
+    # -- the hosted run ------------------------------------------------------------------
+    def launch(self, host: EngineHost) -> None:
+        """Start `host` and make it the current run."""
+        host.on_end = lambda ended: self.post_message(RunEnded(ended))
+        self.host = host
+        self.host_memory = host_memory_bytes()
+        host.start()
+
+    def on_run_ended(self, message: RunEnded) -> None:
+        host = message.host
+        if host is not self.host:
+            return
+        host.join(timeout=2.0)  # it is past its last record; this returns at once
+        if self.pending == "quit":
+            self.exit(self.exit_code())
+        elif self.pending == "switch" and self.pending_cfg is not None:
+            self.start_preset(self.pending_cfg, previous=host)
+        elif host.result is not None:
+            result = host.result
+            severity = "error" if result.status == "failed" else "information"
+            self.notify(f"run {result.status}: {result.reason}", severity=severity, timeout=6)
+
+    def start_preset(self, cfg: Config, previous: EngineHost | None) -> None:
+        """Reset the store and panels and start `cfg` in a new run dir, logging the switch."""
+        self.pending, self.pending_cfg = None, None
+        notes: list[Mapping[str, Any]] = []
+        run_dir = None
+        if previous is not None:
+            old = previous.cfg.name
+            step = previous.result.step if previous.result else "?"
+            where = f", its files are in {previous.run_dir}" if previous.run_dir else ""
+            notes.append(
+                ui_event(
+                    f"switched preset {old} → {cfg.name} (the {old} run stopped at step {step}"
+                    f"{where})",
+                    kind="preset_switch",
+                    previous=old,
+                    preset=cfg.name,
+                )
+            )
+            run_dir = sibling_run_dir(previous.run_dir, cfg.name)
+        self.store.reset()
+        self.reset_view()
+        self.launch(EngineHost(cfg, self.store, run_dir=run_dir, notes=notes))
+        self.notify(f"started preset {cfg.name}", timeout=3)
+        self.refresh_view()
+
+    def switch_overrides(self) -> list[str]:
+        """The session's overrides for another preset: all but the run dir (a new one)."""
+        return [o for o in self.overrides if not o.replace(" ", "").startswith("run.run_dir=")]
+
+    def switch_to(self, name: str | None) -> None:
+        """Validate the chosen preset, stop the current run, start the new one when it ended."""
+        if not name or self.pending == "quit":
+            return
+        try:
+            cfg = load_preset(name, self.switch_overrides())
+        except UserError as exc:
+            self.notify(str(exc), title="cannot switch preset", severity="error", timeout=8)
+            return
+        host = self.host
+        if host is not None and host.alive:
+            self.pending, self.pending_cfg = "switch", cfg
+            host.request_stop(f"switching to preset {name}")
+            self.refresh_view()
+        else:
+            self.start_preset(cfg, previous=host)
+
+    def request_quit(self) -> None:
+        """First call: stop at a step boundary and exit when the engine ended; then: exit now."""
+        host = self.host
+        if self.pending == "quit" or host is None or not host.alive:
+            self.exit(self.exit_code())
+            return
+        self.pending = "quit"
+        host.request_stop("quit from the UI")
+        self.refresh_view()
+
+    def exit_code(self) -> int:
+        """0 unless the last run failed (its own code) or a signal stopped the app."""
+        if self.signal_exit_code is not None:
+            return self.signal_exit_code
+        result = self.host.result if self.host is not None else None
+        return result.exit_code if result is not None and result.status == "failed" else 0
+
+    def live_host(self) -> EngineHost | None:
+        """The running host, or None after telling the user why the key does nothing."""
+        host = self.host
+        if host is None:
+            self.notify(NEEDS_ENGINE, severity="warning")
+            return None
+        if not host.alive:
+            self.notify("no run is active: press p to start a preset", severity="warning")
+            return None
+        return host
+
+    # -- signals -------------------------------------------------------------------------
+    def install_signal_handlers(self) -> None:
+        """SIGTERM (a scheduler) or SIGHUP (the SSH connection dropped): stop cleanly, as q."""
+        try:
+            loop = asyncio.get_running_loop()
+            for signum in STOP_SIGNALS:
+                loop.add_signal_handler(signum, self.on_stop_signal, signum)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread, or a platform without loop signal handlers
+
+    def remove_signal_handlers(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+            for signum in STOP_SIGNALS:
+                loop.remove_signal_handler(signum)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+
+    def on_stop_signal(self, signum: int) -> None:
+        name, code = STOP_SIGNALS[signal.Signals(signum)]
+        self.signal_exit_code = code
+        if self.host is not None:
+            self.host.control.request_stop(f"stopped by {name}", exit_code=code)
+        self.pending = "quit"
+        if self.host is None or not self.host.alive:
+            self.exit(code)
+        else:
+            self.refresh_view()
+
+    def on_unmount(self) -> None:
+        """However the app ends, the engine is asked to stop (run_app then joins it)."""
+        self.remove_signal_handlers()
+        if self.host is not None:
+            self.host.request_stop("quit from the UI")

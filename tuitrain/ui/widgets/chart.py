@@ -1,0 +1,132 @@
+"""MetricChart: a plotext line chart with readable integer step ticks and theme colours.
+
+Callers hand it already-decimated points (about two per column); a build costs a few
+milliseconds at that size, against ~40 ms for 2,000 raw points.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from textual.color import Color
+from textual_plotext import PlotextPlot
+
+AXIS_COLUMNS = 8  # columns plotext spends on the y tick labels and the frame
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One series to draw; `color` is a theme variable name (primary, warning...)."""
+
+    xs: Sequence[float]
+    ys: Sequence[float]
+    color: str = "primary"
+    scatter: bool = False
+
+
+def nice_step(span: float, count: int) -> float:
+    """A 1/2/5 x 10^k step giving about `count` intervals over `span`."""
+    if span <= 0 or count < 1:
+        return 1.0
+    raw = span / count
+    power = 10 ** math.floor(math.log10(raw))
+    for mult in (1, 2, 5, 10):
+        if raw <= mult * power:
+            return mult * power
+    return 10 * power
+
+
+def nice_ticks(lo: float, hi: float, count: int) -> list[float]:
+    """Round tick positions covering [lo, hi]; a single one when lo == hi."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return []
+    if hi <= lo:
+        return [lo]
+    step = nice_step(hi - lo, count)
+    first = math.ceil(lo / step) * step
+    ticks = []
+    value = first
+    while value <= hi + step * 1e-9:
+        ticks.append(round(value, 12))
+        value += step
+    return ticks
+
+
+def format_tick(value: float) -> str:
+    """Short tick labels: 1200 -> 1.2k, 0.25 -> 0.25, 3.0 -> 3."""
+    if value == 0:
+        return "0"
+    mag = abs(value)
+    if mag >= 10_000:
+        return f"{value / 1000:.0f}k"
+    if mag >= 1000:
+        return f"{value / 1000:.1f}k".replace(".0k", "k")
+    if mag >= 10 or float(value).is_integer():
+        return f"{value:.0f}"
+    if mag >= 1:
+        return f"{value:.1f}"
+    return f"{value:.2g}"
+
+
+class MetricChart(PlotextPlot):
+    """A line chart over steps; `draw()` replaces the data and refreshes once."""
+
+    def plot_columns(self) -> int:
+        """How many columns the data area has: the number of decimation buckets."""
+        return max(4, self.size.width - AXIS_COLUMNS)
+
+    def theme_rgb(self, name: str) -> tuple[int, int, int]:
+        value = self.app.theme_variables.get(name) or self.app.theme_variables["foreground"]
+        return Color.parse(value).rgb
+
+    def draw(
+        self,
+        lines: Sequence[Line],
+        *,
+        hlines: Sequence[tuple[float, str]] = (),
+        ylim: tuple[float, float] | None = None,
+        yticks: Sequence[tuple[float, str]] | None = None,
+        yfmt: Callable[[float], str] = format_tick,
+    ) -> None:
+        """Draw the lines (x = step) with round step ticks and horizontal guides.
+
+        Units go in the panel's title or tick labels: plotext's ylabel costs a whole row.
+        """
+        plt = self.plt
+        plt.clear_figure()
+        xs_all = [x for line in lines for x in line.xs]
+        ys_all = [y for line in lines for y in line.ys]
+        for line in lines:
+            if not line.xs:
+                continue
+            color = self.theme_rgb(line.color)
+            if line.scatter:
+                plt.scatter(list(line.xs), list(line.ys), marker="dot", color=color)
+            else:
+                plt.plot(list(line.xs), list(line.ys), marker="braille", color=color)
+        if not xs_all:
+            plt.xticks([], [])
+            plt.yticks([], [])
+            self.refresh()
+            return
+        x_lo, x_hi = min(xs_all), max(xs_all)
+        if x_hi > x_lo:
+            plt.xlim(x_lo, x_hi)
+        xt = nice_ticks(x_lo, x_hi, max(2, self.size.width // 10))
+        plt.xticks(xt, [format_tick(x) for x in xt])
+        y_lo, y_hi = ylim if ylim else (min(ys_all), max(ys_all))
+        for value, _color in hlines:
+            y_lo, y_hi = min(y_lo, value), max(y_hi, value)
+        if y_hi <= y_lo:
+            pad = abs(y_lo) * 0.05 or 1.0
+            y_lo, y_hi = y_lo - pad, y_hi + pad
+        plt.ylim(y_lo, y_hi)
+        if yticks is None:
+            ticks = nice_ticks(y_lo, y_hi, max(2, min(5, self.size.height // 2)))
+            yticks = [(t, yfmt(t)) for t in ticks]
+        plt.yticks([t for t, _ in yticks], [label for _, label in yticks])
+        for value, color in hlines:
+            plt.hline(value, self.theme_rgb(color))
+        self.refresh()

@@ -1,0 +1,121 @@
+"""Event log: compile done, epoch summaries, warnings, checkpoints, errors, run end.
+
+Events and evals come from the snapshot stamped with their arrival order (`_seq`, see
+`tuitrain.ui.host.TimelineStoreSink`), so epoch summaries and warnings interleave as they
+happened; only records not yet shown are written (the log is append-only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import RenderableType
+from rich.style import Style
+from rich.table import Table
+from textual.widgets import RichLog
+
+from tuitrain.metrics.format import format_number
+from tuitrain.metrics.store import Snapshot
+from tuitrain.ui.host import SEQ_KEY, STEP_KEY
+from tuitrain.ui.view import Frame
+
+Record = Mapping[str, Any]
+LEVEL_MARK = {"info": ("·", "foreground-darken-1"), "warning": ("▲", "warning")}
+LEVEL_MARK["error"] = ("✖", "error")
+LEVEL_MARK["traceback"] = (" ", "foreground-darken-2")
+
+
+def ordered_records(snap: Snapshot) -> list[Record]:
+    """Events and evals in arrival order (records without a stamp: events, then evals)."""
+    items = [*snap.events, *snap.evals]
+    keyed = [(rec.get(SEQ_KEY, -1), i, rec) for i, rec in enumerate(items)]
+    keyed.sort(key=lambda t: (t[0], t[1]))
+    return [rec for _seq, _i, rec in keyed]
+
+
+def eval_line(rec: Record) -> str:
+    loss = rec.get("val_loss")
+    acc = rec.get("val_acc")
+    loss_text = f"val_loss {loss:.4f}" if loss is not None else "val_loss —"
+    acc_text = f" · val_acc {acc * 100:.2f}%" if acc is not None else ""
+    return f"epoch {format_number(rec.get('epoch'))} done: {loss_text}{acc_text}"
+
+
+class EventLog(RichLog):
+    """Append-only, auto-scrolling log of the run's notable moments."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, wrap=True, markup=False, highlight=False, max_lines=2000)
+        self.border_title = "Events"
+        self.reset()
+
+    def reset(self) -> None:
+        """Start over (a new run)."""
+        self._last_seq = -1  # stamped records: shown up to this arrival number
+        self._shown: set[int] = set()  # unstamped records (watch mode): ids shown
+        self._seen_header: object = None
+        self._seen_end: object = None
+        self._version = -1
+        self.clear()
+
+    def style(self, name: str, **extra: Any) -> Style:
+        return Style(color=self.app.theme_variables.get(name), **extra)
+
+    def add(self, step: object, text: str, level: str = "info") -> None:
+        mark, color = LEVEL_MARK.get(level, LEVEL_MARK["info"])
+        step_text = str(step) if isinstance(step, int) else ""
+        row = Table.grid(padding=(0, 1))
+        row.add_column(width=6, justify="right", style=self.style("foreground-darken-3"))
+        row.add_column(width=1, style=self.style(color, bold=True))
+        row.add_column(ratio=1, style=Style() if level == "info" else self.style(color))
+        row.add_row(step_text, mark, text)
+        self.write_wrapped(row)
+
+    def write_wrapped(self, line: RenderableType) -> None:
+        """Write wrapped to the log's width (RichLog alone wraps to the console's width);
+        continuation lines stay in the message column."""
+        width = self.scrollable_content_region.width
+        self.write(line, width=width if width > 0 else None)
+
+    def refresh_text(self, frame: Frame) -> None:
+        snap = frame.snap
+        if snap.version == self._version:
+            return
+        self._version = snap.version
+        if snap.header is not None and snap.header is not self._seen_header:
+            self._seen_header = snap.header
+            header = snap.header
+            self.add(
+                None,
+                f"run started: preset {header.get('preset')} on {header.get('device')} "
+                f"({header.get('precision')}), run dir {header.get('run_dir')}",
+            )
+        for rec in ordered_records(snap):
+            seq = rec.get(SEQ_KEY)
+            if isinstance(seq, int):
+                if seq <= self._last_seq:
+                    continue
+                self._last_seq = seq
+            elif id(rec) in self._shown:
+                continue
+            else:
+                self._shown.add(id(rec))
+            self.write_record(rec)
+        if snap.end is not None and snap.end is not self._seen_end:
+            self._seen_end = snap.end
+            end = snap.end
+            level = "error" if end.get("status") == "failed" else "info"
+            self.add(end.get("step"), f"run {end.get('status')}: {end.get('reason')}", level)
+
+    def write_record(self, rec: Record) -> None:
+        step = rec.get(STEP_KEY, rec.get("step"))
+        if rec.get("type") == "eval":
+            self.add(step, eval_line(rec))
+            return
+        level = str(rec.get("level") or "info")
+        traceback = rec.get("traceback")
+        if traceback:
+            for tb_line in str(traceback).rstrip().splitlines():
+                self.add(None, tb_line, "traceback")
+        self.add(step, str(rec.get("message", "")), level)

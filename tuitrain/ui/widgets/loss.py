@@ -1,0 +1,50 @@
+"""Loss panel: smoothed train loss per step, validation loss per epoch, validation accuracy."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tuitrain.metrics.format import DASH, format_number
+from tuitrain.metrics.store import Series, Snapshot
+from tuitrain.ui.view import Frame, smoothed_series
+from tuitrain.ui.widgets.chart import Line
+from tuitrain.ui.widgets.panel import Panel
+
+
+def _fmt_loss(value: float | None) -> str:
+    return DASH if value is None else f"{value:.4f}"
+
+
+class LossPanel(Panel):
+    """Raw train loss (muted), its EMA (primary) and validation loss points (warning)."""
+
+    TITLE = "Loss"
+    SERIES = ("loss", "val_loss")
+
+    def summary(self, frame: Frame) -> str:
+        snap = frame.snap
+        loss = snap.get("loss")
+        smooth = smoothed_series(loss).last if len(loss) else None
+        line1 = (
+            f"[$primary]train[/] {_fmt_loss(smooth)} [$foreground-muted](smoothed; "
+            f"last {_fmt_loss(loss.last)})[/]"
+        )
+        ev = snap.last_eval
+        if ev is None:
+            return line1 + "\n[$warning]val[/] [$foreground-muted]after the first epoch[/]"
+        acc = ev.get("val_acc")
+        acc_text = DASH if acc is None else f"{acc * 100:.2f}%"
+        return (
+            f"{line1}\n[$warning]val[/] {_fmt_loss(ev.get('val_loss'))}  "
+            f"[b]acc {acc_text}[/b] [$foreground-muted](epoch {format_number(ev.get('epoch'))})[/]"
+        )
+
+    def lines(self, snap: Snapshot, buckets: int) -> Sequence[Line]:
+        loss = snap.get("loss")
+        raw = Line(*loss.decimate(buckets), color="foreground-darken-3")
+        smooth = Line(*smoothed_series(loss).decimate(buckets), color="primary")
+        val = Line(*snap.get("val_loss").decimate(buckets), color="warning", scatter=True)
+        return (raw, smooth, val)
+
+    def spark_series(self, snap: Snapshot) -> Series:
+        return smoothed_series(snap.get("loss"))

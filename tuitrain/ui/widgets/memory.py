@@ -1,0 +1,83 @@
+"""Memory panel: device allocated / reserved / peak against total and NVML utilisation;
+on CPU the host RSS, labelled as such."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tuitrain.metrics.format import DASH, human_bytes
+from tuitrain.metrics.store import Series, Snapshot
+from tuitrain.ui.view import Frame, pick_unit
+from tuitrain.ui.widgets.chart import Line, MetricChart
+from tuitrain.ui.widgets.panel import Panel
+
+TOTAL_KEY = "device_memory_bytes"  # header field: total device memory, where the engine knows
+
+
+def short_bytes(n: float | None) -> str:
+    """`human_bytes` without needless decimals: 140.00 GiB -> 140 GiB, 1.20 GiB stays."""
+    text = human_bytes(n)
+    number, _, unit = text.partition(" ")
+    if unit == "GiB" and float(number) >= 100:
+        return f"{float(number):.0f} GiB"
+    return text
+
+
+def _share(part: float | None, total: float | None) -> str:
+    if part is None or not total:
+        return ""
+    return f" ({part / total * 100:.0f}%)"
+
+
+class MemoryPanel(Panel):
+    """Device memory when the run has it; the host RSS otherwise (CPU runs)."""
+
+    TITLE = "Memory"
+    SERIES = ("mem_alloc_bytes", "mem_reserved_bytes", "host_rss_bytes")
+
+    @staticmethod
+    def on_device(snap: Snapshot) -> bool:
+        return len(snap.get("mem_alloc_bytes")) > 0 or (
+            snap.latest is not None and snap.latest.get("mem_alloc_bytes") is not None
+        )
+
+    def summary(self, frame: Frame) -> str:
+        snap = frame.snap
+        latest = snap.latest or {}
+        if self.on_device(snap):
+            total = (snap.header or {}).get(TOTAL_KEY)
+            peak = latest.get("mem_peak_bytes")
+            util = latest.get("gpu_util_pct")
+            util_text = f"util {util:.0f}%" if util is not None else "util — (no NVML)"
+            total_text = short_bytes(total) if total else DASH
+            return (
+                f"[$primary]alloc[/] {short_bytes(latest.get('mem_alloc_bytes'))} · "
+                f"[$secondary]reserved[/] {short_bytes(latest.get('mem_reserved_bytes'))}\n"
+                f"peak {short_bytes(peak)} / {total_text} · {util_text}"
+            )
+        rss = latest.get("host_rss_bytes")
+        of = f" of {short_bytes(frame.host_memory)} RAM" if frame.host_memory else ""
+        return (
+            f"[$primary]host RSS[/] {short_bytes(rss)}{of}{_share(rss, frame.host_memory)}\n"
+            "[$foreground-muted]CPU run: process memory, no device memory[/]"
+        )
+
+    def plot(self, chart: MetricChart, snap: Snapshot, buckets: int) -> None:
+        if self.on_device(snap):
+            names = (("mem_alloc_bytes", "primary"), ("mem_reserved_bytes", "secondary"))
+        else:
+            names = (("host_rss_bytes", "primary"),)
+        series = [(snap.get(name), color) for name, color in names]
+        top = max((max(s.ys) for s, _ in series if len(s)), default=0.0)
+        div, unit = pick_unit(top)
+        lines: Sequence[Line] = [
+            Line(xs, [y / div for y in ys], color=color)
+            for s, color in series
+            for xs, ys in [s.decimate(buckets)]
+        ]
+        self.border_subtitle = f"y in {unit}" if top else ""
+        chart.draw(lines, ylim=(0.0, top / div * 1.1 if top else 1.0))
+
+    def spark_series(self, snap: Snapshot) -> Series:
+        name = "mem_reserved_bytes" if self.on_device(snap) else "host_rss_bytes"
+        return snap.get(name)

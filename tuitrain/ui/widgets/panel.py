@@ -1,0 +1,115 @@
+"""Panel: the base of the metric panels, a summary line or two above a chart.
+
+The app calls `refresh_text(frame)` at up to 5 Hz and `refresh_plot(snapshot)` at up to 2 Hz;
+both return at once when nothing they show has changed. In compact layouts (80x24) the CSS
+hides the chart and shows a one-line sparkline of the same series instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.markup import escape
+from textual.widgets import Sparkline, Static
+
+from tuitrain.metrics.store import Series, Snapshot
+from tuitrain.ui.view import Frame
+from tuitrain.ui.widgets.chart import Line, MetricChart
+
+
+def esc(value: object) -> str:
+    """Text from records (paths, messages, names) made safe inside content markup."""
+    return escape(str(value))
+
+
+def same_objects(a: Sequence[object], b: Sequence[object]) -> bool:
+    """True when both hold the very same objects (identity, not equality: cheap)."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+class Panel(Vertical):
+    """A bordered panel; subclasses say what the summary reads and which lines to plot."""
+
+    TITLE: ClassVar[str] = ""
+    HAS_CHART: ClassVar[bool] = True
+    SERIES: ClassVar[tuple[str, ...]] = ()  # what the chart draws: redrawn when one changes
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, classes="panel")
+        self.border_title = self.TITLE
+        self._text: str | None = None
+        self._plot_key: tuple[object, ...] | None = None
+        self._plot_data: tuple[object, ...] = ()
+        self._spark_key: tuple[object, ...] | None = None
+        self._spark_data: tuple[object, ...] = ()
+        # Kept as references: the timers use them without querying the DOM.
+        self.summary_text = Static("", classes="summary")
+        self.chart = MetricChart(classes="chart")
+        self.spark = Sparkline([], classes="spark")
+
+    def compose(self) -> ComposeResult:
+        yield self.summary_text
+        if self.HAS_CHART:
+            yield self.chart
+            yield self.spark
+
+    # -- what subclasses provide -----------------------------------------------------------
+    def summary(self, frame: Frame) -> str:
+        """Content markup for the summary lines."""
+        raise NotImplementedError
+
+    def plot(self, chart: MetricChart, snap: Snapshot, buckets: int) -> None:
+        """Draw this panel's chart from decimated series (`buckets` ~ plot columns)."""
+        chart.draw(self.lines(snap, buckets))
+
+    def lines(self, snap: Snapshot, buckets: int) -> Sequence[Line]:
+        return ()
+
+    def spark_series(self, snap: Snapshot) -> Series:
+        """The series the compact sparkline shows."""
+        return Series()
+
+    def has_chart(self, snap: Snapshot) -> bool:
+        """False when this run has nothing to plot here (e.g. no GradScaler)."""
+        return self.HAS_CHART
+
+    # -- driven by the app's timers --------------------------------------------------------
+    def reset(self) -> None:
+        """Forget what was drawn (a new run started)."""
+        self._text = None
+        self._plot_key = self._spark_key = None
+        self._plot_data = self._spark_data = ()
+
+    def refresh_text(self, frame: Frame) -> None:
+        text = self.summary(frame)
+        if text == self._text:
+            return
+        # A layout pass each time: wrapping can change the height without a new "\n".
+        self.summary_text.update(text)
+        self._text = text
+        self.set_class(not self.has_chart(frame.snap), "-no-chart")
+
+    def refresh_plot(self, snap: Snapshot) -> None:
+        """Redraw when a drawn series, the size or the theme changed (not on every record)."""
+        if not self.HAS_CHART or not self.has_chart(snap):
+            return
+        # The store hands out the same Series object until that series changes; a new header
+        # (a new run) redraws too.
+        data = (snap.header, *(snap.series.get(name) for name in self.SERIES))
+        chart = self.chart
+        if chart.display and chart.size.area:
+            key = (chart.size, self.app.theme)
+            if key != self._plot_key or not same_objects(data, self._plot_data):
+                self._plot_key, self._plot_data = key, data
+                self.plot(chart, snap, chart.plot_columns())
+            return
+        spark = self.spark
+        if spark.display and spark.size.width:
+            key = (spark.size.width,)
+            if key != self._spark_key or not same_objects(data, self._spark_data):
+                self._spark_key, self._spark_data = key, data
+                _xs, ys = self.spark_series(snap).decimate(spark.size.width)
+                spark.data = ys

@@ -1,0 +1,87 @@
+"""Status bar: preset, device, precision, compile, world size, progress with ETA, run state."""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+from tuitrain.metrics.format import DASH, format_number
+from tuitrain.ui.view import Frame, display_state, format_duration, progress, progress_bar
+from tuitrain.ui.widgets.panel import esc
+
+STATE_STYLE = {
+    "starting": "$accent",
+    "compiling": "$accent",
+    "running": "$success",
+    "evaluating": "$secondary",
+    "pausing": "$warning",
+    "paused": "$warning",
+    "stopping": "$warning",
+    "completed": "$success",
+    "stopped": "$warning",
+    "failed": "$error",
+}
+
+
+class StatusBar(Static):
+    """Two lines at the top: what runs where, and how far it got."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__("", id=id)
+        self._text: str | None = None
+
+    def refresh_text(self, frame: Frame, *, stopping: bool = False) -> None:
+        text = self.render_text(frame, stopping=stopping)
+        if text != self._text:
+            self._text = text
+            self.update(text, layout=False)
+
+    def render_text(self, frame: Frame, *, stopping: bool = False) -> str:
+        snap = frame.snap
+        header = snap.header or {}
+        state = display_state(snap, frame.engine_state, pausing=frame.pausing)
+        if stopping and state not in ("completed", "stopped", "failed"):
+            state = "stopping"
+        style = STATE_STYLE.get(state, "$foreground")
+        badge = f"[b reverse {style}] {state.upper()} [/]"
+        device = str(header.get("device") or DASH)
+        name = header.get("device_name")
+        device_text = f"{esc(device)} · {esc(name)}" if name and name != device else esc(device)
+        compile_on = header.get("compile")
+        compile_text = DASH if compile_on is None else ("on" if compile_on else "off")
+        if compile_on and state == "compiling":
+            compile_text = "compiling…"
+        if self.size.width and self.size.width < 100:  # compact: values only
+            return (
+                f"{badge} [b]{esc(header.get('preset') or DASH)}[/b] · {esc(device)} · "
+                f"[b]{header.get('precision') or DASH}[/b] · compile {compile_text} · "
+                f"world {header.get('world_size') or DASH}\n" + self.progress_line(frame)
+            )
+        line1 = (
+            f"{badge} [b]{esc(header.get('preset') or DASH)}[/b]  "
+            f"[$foreground-muted]device[/] {device_text}  "
+            f"[$foreground-muted]precision[/] [b]{header.get('precision') or DASH}[/b]  "
+            f"[$foreground-muted]compile[/] {compile_text}  "
+            f"[$foreground-muted]world[/] {header.get('world_size') or DASH}"
+        )
+        return line1 + "\n" + self.progress_line(frame)
+
+    def progress_line(self, frame: Frame) -> str:
+        prog = progress(frame.snap)
+        epoch = format_number(prog.epoch) if prog.epoch is not None else DASH
+        epochs = prog.epochs if prog.epochs is not None else DASH
+        step = prog.step if prog.step is not None else 0
+        total = prog.total_steps if prog.total_steps is not None else DASH
+        frac = prog.fraction
+        width = max(10, min(40, self.size.width - 66)) if self.size.width else 20
+        pct = f"{frac * 100:3.0f}%" if frac is not None else "  —"
+        elapsed = (
+            f"  [$foreground-muted]elapsed[/] {format_duration(frame.elapsed_s)}"
+            if frame.elapsed_s is not None
+            else ""
+        )
+        return (
+            f"[$foreground-muted]epoch[/] {epoch}/{epochs}  "
+            f"[$foreground-muted]step[/] {step}/{total}  "
+            f"[$primary]{progress_bar(frac, width)}[/] {pct}  "
+            f"[$foreground-muted]ETA[/] [b]{format_duration(prog.eta_s)}[/b]{elapsed}"
+        )

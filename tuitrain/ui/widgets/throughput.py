@@ -1,0 +1,35 @@
+"""Throughput panel: samples/s over steps with the current and mean rate, and step time."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tuitrain.metrics.store import Series, Snapshot
+from tuitrain.ui.view import Frame, format_rate, format_seconds, mean
+from tuitrain.ui.widgets.chart import Line
+from tuitrain.ui.widgets.panel import Panel
+
+
+class ThroughputPanel(Panel):
+    """Global samples/s (all ranks) as the engine measures it between log points."""
+
+    TITLE = "Throughput · samples/s"
+    SERIES = ("samples_per_s",)
+
+    def summary(self, frame: Frame) -> str:
+        snap = frame.snap
+        rate = snap.get("samples_per_s")
+        step_time = snap.get("step_time_s").last
+        batch = (snap.header or {}).get("global_batch")
+        batch_text = f" · {batch} samples/step" if batch else ""
+        return (
+            f"[$success]now[/] [b]{format_rate(rate.last)}[/b]/s  "
+            f"mean {format_rate(mean(rate.ys))}/s\n"
+            f"step {format_seconds(step_time)}{batch_text}"
+        )
+
+    def lines(self, snap: Snapshot, buckets: int) -> Sequence[Line]:
+        return (Line(*snap.get("samples_per_s").decimate(buckets), color="success"),)
+
+    def spark_series(self, snap: Snapshot) -> Series:
+        return snap.get("samples_per_s")
