@@ -96,7 +96,10 @@ def test_resume_mid_epoch_is_bit_identical(tmp_path: Path, precision: str) -> No
         assert state["scaler"]["scale"] > 0
 
 
-def test_sigterm_saves_and_resume_continues_at_the_next_step(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_saves_and_resume_continues_at_the_next_step(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     assert tuitrain(*SMALL, "--run-dir", str(straight)).returncode == 0
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -121,9 +124,9 @@ def test_sigterm_saves_and_resume_continues_at_the_next_step(tmp_path: Path) -> 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not proc.stdout.readline().startswith("step     2"):
         pass
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     proc.communicate(timeout=60)
-    assert proc.returncode == 143
+    assert proc.returncode == code
     k = load_checkpoint(find_latest(stopped))["step"]
     assert 2 <= k < 12
     proc2 = tuitrain("--resume", "auto", "--run-dir", str(stopped))
