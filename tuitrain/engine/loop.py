@@ -141,8 +141,11 @@ class Trainer:
             if self.stop_wanted:
                 return "stopped"
             if self.step >= p.total_steps:
-                return "completed"
+                break
             self.one_step(batches)
+        if self.epoch_step < p.steps_per_epoch:  # max_steps ended the run mid-epoch
+            self.evaluate()  # a run never ends without its final validation numbers
+            return "completed"
         self.epoch += 1
         self.epoch_step = 0
         if self.cfg.train.eval_every_epoch or self.step >= p.total_steps:

@@ -62,6 +62,8 @@ def header_record(
         "python": platform.python_version(),
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "data": parts.data.description,
+        "train_samples": parts.data.train.num_samples,  # per epoch, on this rank
+        "val_samples": parts.data.val.num_samples,
         "params": n_params,
         "global_batch": cfg.data.batch_size * cfg.optim.grad_accum * dist.world_size,
         "steps_per_epoch": parts.steps_per_epoch,

@@ -1,0 +1,290 @@
+"""`tuitrain parity`: the fp32-vs-mixed precision parity check from the command line.
+
+Prints a readable table, or with `--json` one JSON object on stdout (nothing else goes to
+stdout). Progress lines go to stderr; every engine record of both runs goes to
+RUN_DIR/parity.log (lines) and RUN_DIR/metrics.jsonl (tagged with "run"), the result to
+RUN_DIR/parity.json. Imports torch lazily so `tuitrain parity --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import signal
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from tuitrain.config import DEFAULT_PRESET, Config, load_preset
+from tuitrain.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, UserError
+from tuitrain.metrics.format import format_record
+from tuitrain.metrics.sinks import Sink
+
+if TYPE_CHECKING:
+    from tuitrain.engine.control import Control
+    from tuitrain.engine.parity import ParityResult
+
+EXIT_CODES_HELP = """exit codes:
+  0    PASS: |fp32 - mixed| validation accuracy <= 0.5 point after the last epoch
+  3    FAIL: the gap is above 0.5 point
+  1    ERROR: a run failed (NaN loss, out of memory, a bug)
+  2    usage, preset or data error
+  130  cancelled by SIGINT (Ctrl-C)    143  cancelled by SIGTERM
+
+The gap is fp32 minus mixed accuracy in points (positive: the mixed run is worse); the
+verdict uses its absolute value. One test image is worth 100 / test-set size points.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tuitrain parity",
+        description="Train the preset twice, in fp32 and in mixed precision, with identical "
+        "weights, batches and seed; compare validation accuracy per epoch.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--preset", default=DEFAULT_PRESET, help="preset name or path to a .toml file")
+    p.add_argument("--epochs", type=int, default=3, help="epochs per run (default 3)")
+    p.add_argument(
+        "--mixed",
+        choices=["bf16", "fp16"],
+        help="mixed precision to test (default: the preset's bf16/fp16, else bf16 where "
+        "supported, else fp16 on CUDA)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override any preset field (repeatable)",
+    )
+    p.add_argument("--run-dir", help="run directory (default runs/parity-<preset>-<timestamp>)")
+    p.add_argument("--data-dir", help="folder with Fashion-MNIST's IDX files")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"])
+    p.add_argument("--seed", type=int)
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        help="at most N optimizer steps per run: each epoch then uses the first "
+        "ceil(N / epochs) batches of training data, and still ends with an evaluation",
+    )
+    p.add_argument(
+        "--early-steps",
+        type=int,
+        default=20,
+        help="steps of the early check (per-step train losses compared; 0 = skip)",
+    )
+    return p
+
+
+def flag_overrides(args: argparse.Namespace) -> list[str]:
+    """The dedicated flags as `section.key=value` overrides (applied after --set)."""
+    pairs: list[tuple[str, Any]] = [
+        ("train.device", args.device),
+        ("train.seed", args.seed),
+        ("train.max_steps", args.max_steps),
+        ("data.data_dir", args.data_dir),
+    ]
+    out = []
+    for key, value in pairs:
+        if value is not None:
+            literal = value if isinstance(value, int) else _toml_string(value)
+            out.append(f"{key}={literal}")
+    return out
+
+
+def _toml_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def default_run_dir(cfg: Config) -> Path:
+    return Path("runs") / f"parity-{cfg.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse: 0 after --help, 2 on a usage error
+        return int(exc.code or 0)
+    try:
+        if args.epochs < 1:
+            raise UserError(f"--epochs {args.epochs} is out of range; it must be >= 1.")
+        if args.early_steps < 0:
+            raise UserError(f"--early-steps {args.early_steps} is out of range; it must be >= 0.")
+        cfg = load_preset(args.preset, [*args.overrides, *flag_overrides(args)])
+        return run_parity(cfg, args)
+    except UserError as exc:
+        print(f"tuitrain parity: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def run_parity(cfg: Config, args: argparse.Namespace) -> int:
+    from tuitrain.engine.control import Control
+    from tuitrain.engine.parity import parity, resolve_mixed
+    from tuitrain.engine.rundir import prepare_run_dir, write_resolved_config
+    from tuitrain.metrics.sinks import FanOutSink, JsonlSink, to_json_line
+
+    resolve_mixed(cfg, args.mixed)  # bad input fails before a run dir is made
+    run_dir = prepare_run_dir(cfg, args.run_dir or cfg.run.run_dir or default_run_dir(cfg))
+    write_resolved_config(run_dir, cfg)
+    control = Control()
+    with _stop_on_signals(control), open(run_dir / "parity.log", "a", encoding="utf-8") as log:
+        sink = FanOutSink(
+            JsonlSink(run_dir / "metrics.jsonl"), TaggedLineSink(log), ProgressSink(sys.stderr)
+        )
+        try:
+            result = parity(
+                cfg, args.epochs, args.mixed, sink=sink, control=control, run_dir=run_dir,
+                early_steps=args.early_steps,
+            )  # fmt: skip
+        finally:
+            sink.close()
+    if args.json:
+        print(to_json_line({**result.to_json(), "run_dir": str(run_dir)}), flush=True)
+    else:
+        print(format_table(result, run_dir), flush=True)
+    if result.verdict is None:  # cancelled
+        return control.exit_code or EXIT_FAILED
+    return result.exit_code
+
+
+# --------------------------------------------------------------------------- output
+
+
+class TaggedLineSink(Sink):
+    """Engine records as human lines, each prefixed with its run: `[fp32] step 20 | ...`."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        line = format_record(record)
+        if line is None:
+            return
+        run = record.get("run")
+        tag = f"[{run}{' early' if record.get('early') else ''}] " if run else "[parity] "
+        self.stream.write(tag + line + "\n")
+        if record.get("traceback"):  # a bug in a run: the details belong in the log
+            self.stream.write(str(record["traceback"]).rstrip() + "\n")
+        self.stream.flush()
+
+
+class ProgressSink(Sink):
+    """A few lines while it runs: the parity's phases and each run's evaluations."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.labels = {"fp32": "fp32", "mixed": "mixed"}
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        run = self.labels.get(record.get("run", ""), "")
+        if record.get("type") == "event" and record.get("kind") == "parity":
+            self.labels["mixed"] = record.get("mixed") or self.labels["mixed"]
+            text = str(record.get("message"))
+        elif record.get("type") == "eval" and not record.get("early"):
+            acc, loss = record.get("val_acc"), record.get("val_loss")
+            text = f"  {run} run: epoch {record.get('epoch'):g}"
+            text += f" val_acc {100 * acc:.2f}% val_loss {loss:.4f}" if acc is not None else ""
+        elif record.get("type") == "event" and record.get("level") == "error":
+            text = f"  {run} run: {record.get('message')}"
+        else:
+            return
+        print(f"tuitrain parity: {text}", file=self.stream, flush=True)
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.2f}%"
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def verdict_line(r: ParityResult) -> str:
+    if r.verdict in ("PASS", "FAIL"):
+        sign = "<=" if r.verdict == "PASS" else ">"
+        return (
+            f"{r.verdict}: |gap| {abs(r.gap_points or 0):.2f} {sign} {r.threshold_points} point"
+            f" (gap = fp32 - {r.mixed} accuracy; positive: {r.mixed} is worse)"
+        )
+    return r.summary().removeprefix("parity ")
+
+
+def format_table(result: ParityResult, run_dir: Path) -> str:
+    """The readable report: per-epoch table, throughput, early check, resolution, verdict."""
+    r, m = result, result.mixed
+    lines = [
+        f"parity {r.preset}: fp32 vs {m} on {r.device}, {_plural(r.epochs, 'epoch')}, "
+        f"seed {r.seed}",
+        f"{'epoch':>5}  {'fp32 acc':>9}  {m + ' acc':>9}  {'gap (pt)':>8}  "
+        f"{'fp32 loss':>9}  {m + ' loss':>9}",
+    ]
+    for row in r.per_epoch:
+        lines.append(
+            f"{row.epoch:>5}  {_pct(row.fp32_val_acc):>9}  {_pct(row.mixed_val_acc):>9}  "
+            f"{_num(row.gap_points, '+.2f'):>8}  {_num(row.fp32_val_loss, '.4f'):>9}  "
+            f"{_num(row.mixed_val_loss, '.4f'):>9}"
+        )
+    lines.append(
+        f"throughput   fp32 {_num(r.fp32_samples_per_s, ',.0f')} samples/s, {m} "
+        f"{_num(r.mixed_samples_per_s, ',.0f')} samples/s: speedup {_num(r.speedup, '.2f')}x"
+    )
+    if r.early_steps:
+        diff = r.early_max_rel_loss_diff
+        lines.append(
+            f"early check  largest relative train-loss difference over the first "
+            f"{r.early_steps} steps: {_num(None if diff is None else 100 * diff, '.1f')}%"
+        )
+    if r.test_set_size:
+        images = math.floor(r.threshold_points / (r.one_image_points or 1) + 1e-9)
+        lines.append(
+            f"test set     {r.test_set_size:,} images: one image = {r.one_image_points:.2f}"
+            f" point; a PASS allows a net {_plural(images, 'image')}"
+        )
+    lines.append(f"verdict      {verdict_line(r)}")
+    lines.append(f"run dir      {run_dir} (parity.json, parity.log, metrics.jsonl)")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- signals
+
+
+@contextlib.contextmanager
+def _stop_on_signals(control: Control) -> Iterator[None]:
+    """SIGINT/SIGTERM cancel the parity after the current step (a second one leaves now);
+    the previous handlers come back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_signal(signum: int, _frame: object) -> None:
+        name, code = (
+            ("SIGINT", EXIT_SIGINT) if signum == signal.SIGINT else ("SIGTERM", EXIT_SIGTERM)
+        )
+        if control.stop_requested:
+            raise SystemExit(code)
+        print(f"tuitrain parity: {name} received, cancelling", file=sys.stderr, flush=True)
+        control.request_stop(f"cancelled by {name}", exit_code=code)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+if __name__ == "__main__":  # `python -m tuitrain.parity_cli` before `tuitrain parity` is wired
+    sys.exit(main())
