@@ -28,7 +28,7 @@ from tuitrain.errors import EXIT_SIGINT
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.host import EngineHost
 from tuitrain.ui.screens.help import HelpScreen
-from tuitrain.ui.screens.parity import ParityScreen
+from tuitrain.ui.screens.parity import NO_PRESET, ParityScreen
 from tuitrain.ui.screens.presets import PresetScreen
 from tuitrain.ui.screens.profile import ProfileScreen
 from tuitrain.ui.session import NEEDS_ENGINE, RunEnded, SessionApp
@@ -243,7 +243,14 @@ class TuitrainApp(SessionApp):
         self.push_screen(HelpScreen(self.BINDINGS))
 
     def action_parity(self) -> None:
-        self.push_screen(ParityScreen())
+        if isinstance(self.screen, ParityScreen):
+            return
+        host = self.host
+        if host is None:
+            self.notify(NO_PRESET, severity="warning")
+            return
+        run_dir = host.run_dir / "parity" if host.run_dir is not None else None
+        self.push_screen(ParityScreen(host.cfg, epochs=1, host=host, run_dir=run_dir))
 
     def action_pick_preset(self) -> None:
         if self.host is None:

@@ -1,0 +1,103 @@
+"""Pilot tests of the parity screen: real (tiny) parity checks, a verdict, cancel, no leaks."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.ui.pilot_tools import text_of, wait_for
+from tuitrain.config import load_preset
+from tuitrain.metrics.store import MetricStore
+from tuitrain.ui.app import TuitrainApp
+from tuitrain.ui.host import EngineHost
+from tuitrain.ui.screens.parity import THREAD_NAME, ParityScreen
+
+pytestmark = pytest.mark.timeout(120)
+
+TINY_PARITY = ["data.train_samples=512", "data.val_samples=256", "optim.lr=3e-4", "train.seed=4"]
+
+
+def parity_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == THREAD_NAME]
+
+
+def verdict(screen: ParityScreen) -> str:
+    return text_of(screen.query_one("#parity-verdict"))
+
+
+def has_verdict(screen: ParityScreen) -> bool:
+    return verdict(screen).startswith(("PASS", "FAIL", "ERROR"))
+
+
+def latest_step(app: TuitrainApp) -> int:
+    return int((app.store.snapshot().latest or {}).get("step") or 0)
+
+
+async def test_pushed_screen_shows_table_and_verdict(tmp_path: Path) -> None:
+    cfg = load_preset("fashion-mini", TINY_PARITY)
+    app = TuitrainApp(store=MetricStore())
+    screen = ParityScreen(cfg, epochs=1, mixed="bf16", early_steps=2, run_dir=tmp_path / "p")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await app.push_screen(screen)
+        await wait_for(pilot, lambda: has_verdict(screen), timeout=90, what="the verdict")
+        await pilot.pause(0.6)  # a chart tick
+        text = verdict(screen)
+        assert text.startswith(("PASS", "FAIL")), text
+        assert "test set 256 images: one image = 0.39 point" in text
+        assert "speedup bf16/fp32 = " in text and "×" in text
+        table = text_of(screen.query_one("#parity-table"))
+        assert "bf16 acc" in table and table.count("%") == 2  # epoch 1: both accuracies
+        progress = text_of(screen.query_one("#parity-progress"))
+        assert "fp32  step 2/2 · done" in progress and "bf16  step 2/2 · done" in progress
+        saved = json.loads((tmp_path / "p" / "parity.json").read_text())
+        assert saved["verdict"] == text.split(":")[0]
+        await pilot.press("escape")
+        assert not isinstance(app.screen, ParityScreen)
+    assert not parity_threads()
+
+
+async def test_c_pauses_the_run_shows_a_verdict_and_resumes(
+    ui_overrides: Callable[..., list[str]],
+) -> None:
+    overrides = ui_overrides(epochs=40)
+    host = EngineHost(load_preset("fashion-mini", overrides), MetricStore())
+    app = TuitrainApp(host=host, overrides=overrides)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: latest_step(app) >= 2, what="step 2")
+        await pilot.press("c")
+        screen = app.screen
+        assert isinstance(screen, ParityScreen)
+        assert host.control.paused
+        await wait_for(pilot, lambda: host.control.state == "paused", what="the pause")
+        await wait_for(pilot, lambda: has_verdict(screen), timeout=90, what="the verdict")
+        assert verdict(screen).startswith(("PASS", "FAIL")), verdict(screen)
+        note = text_of(screen.query_one("#parity-training"))
+        assert "Training paused at step" in note and "resumes when you close" in note
+        assert host.run_dir is not None and (host.run_dir / "parity" / "parity.json").exists()
+        paused_at = latest_step(app)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, ParityScreen)
+        assert not host.control.paused
+        await wait_for(pilot, lambda: latest_step(app) > paused_at, what="steps after resume")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, what="the exit")
+    assert host.join(10) and not parity_threads()
+
+
+async def test_escape_cancels_the_check() -> None:
+    cfg = load_preset("fashion-mini", [*TINY_PARITY, "train.pace_s=0.3"])
+    app = TuitrainApp(store=MetricStore())
+    screen = ParityScreen(cfg, epochs=1, mixed="bf16", early_steps=0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await app.push_screen(screen)
+        fp32 = screen.stores.fp32
+        await wait_for(pilot, lambda: fp32.snapshot().latest is not None, what="a first step")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ParityScreen), what="closing")
+        assert screen.result is not None and screen.result.verdict is None
+        assert screen.result.status == "cancelled"
+    assert not parity_threads()
