@@ -1,0 +1,228 @@
+"""Item 7: per-preset GPU figures, for a lent CUDA machine (run it through bench/gpu.sh).
+
+    python bench/gpu.py --budget-s 420 --out $OUT/gpu.json
+
+For each preset, in priority order (fashion-fp32 first: it is the fp32 reference), a fresh
+subprocess runs the engine in-process (`tuitrain.engine.trainer.run`, compile = auto, so on)
+and reports: samples/s and data-wait share (the engine's train records, first interval
+left out), epoch time (derived: samples per epoch / samples/s, evaluation not included),
+compile time (the compile_done event), and host syncs per non-logging step: a wrapper around
+`Trainer.one_step` turns `torch.cuda.set_sync_debug_mode("warn")` on for steps that neither
+log nor compile (after the first interval) and counts the warnings, keeping the first few
+call sites. Mixed precision is compared with fp32 of the same model: fashion-bf16/fp16 with
+fashion-fp32, resnet18-synth-bf16 with the same preset at train.precision=fp32.
+
+The Fashion-MNIST files are not on the GPU machine: the fashion presets run on the subset
+shipped in the package (data.name=fashion_mini, 6k train / 1k val, 23 steps per epoch),
+with evaluation off during training so epoch ends do not break the timing.
+
+Writes the JSON after every preset (a timeout keeps what was measured) and prints it. Without
+CUDA it prints one line and exits with code 2 (--allow-cpu runs the plumbing on the CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from _common import emit, engine_records, machine, note, run_json, spread, train_stats
+
+FASHION = ["data.name=fashion_mini", "train.eval_every_epoch=false", "train.epochs=10000"]
+RUNS: list[tuple[str, str, list[str]]] = [  # (label, preset, overrides)
+    ("fashion-fp32", "fashion-fp32", FASHION),
+    ("fashion-bf16", "fashion-bf16", FASHION),
+    ("resnet18-synth-bf16", "resnet18-synth-bf16", ["train.eval_every_epoch=false"]),
+    (
+        "resnet18-synth-fp32",
+        "resnet18-synth-bf16",
+        ["train.eval_every_epoch=false", 'train.precision="fp32"'],
+    ),
+    ("fashion-fp16", "fashion-fp16", FASHION),
+]
+SPEEDUPS = {
+    "fashion-bf16": "fashion-fp32",
+    "fashion-fp16": "fashion-fp32",
+    "resnet18-synth-bf16": "resnet18-synth-fp32",
+}
+
+
+def count_syncs(window_from: int, counts: dict[str, Any]) -> None:
+    """Wrap Trainer.one_step: sync-debug 'warn' on non-logging steps from `window_from` on."""
+    import torch
+
+    from tuitrain.engine.loop import Trainer
+
+    original = Trainer.one_step
+
+    def one_step(self: Trainer, batches: Any) -> None:
+        step, every, total = self.step, self.cfg.train.log_every, self.parts.total_steps
+        is_log = (step + 1) % every == 0 or step + 1 == total
+        first = step == self.start_step and self.parts.compiled
+        if is_log or first or step < window_from or not torch.cuda.is_available():
+            return original(self, batches)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                original(self, batches)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        syncs = [w for w in caught if "synchroniz" in str(w.message)]
+        counts["steps"] += 1
+        counts["syncs"] += len(syncs)
+        for w in syncs:
+            site = f"{Path(w.filename).name}:{w.lineno}: {str(w.message)[:80]}"
+            if site not in counts["sites"] and len(counts["sites"]) < 5:
+                counts["sites"].append(site)
+
+    Trainer.one_step = one_step  # type: ignore[method-assign]
+
+
+def child(preset: str, overrides: list[str], steps: int, device: str) -> dict[str, Any]:
+    import torch
+
+    from tuitrain.config import load_preset
+
+    log_every = load_preset(preset, overrides).train.log_every
+    counts: dict[str, Any] = {"steps": 0, "syncs": 0, "sites": []}
+    count_syncs(window_from=log_every, counts=counts)
+    records = engine_records(
+        preset, [*overrides, f"train.max_steps={steps}", f'train.device="{device}"']
+    )
+    header = next(r for r in records if r["type"] == "header")
+    compiled = [r for r in records if r.get("kind") == "compile_done"]
+    stats = train_stats(records, skip=1, epoch_restarts=False)
+    per_epoch = header["steps_per_epoch"] * header["global_batch"]
+    cuda = torch.cuda.is_available() and device != "cpu"
+    return {
+        "samples_per_s": round(stats["samples_per_s"], 1),
+        "data_wait_pct": round(100 * stats["data_wait_frac"], 3),
+        "measured_s": round(stats["wall_s"], 2),
+        "epoch_time_s": round(per_epoch / stats["samples_per_s"], 3),
+        "epoch_samples": per_epoch,
+        "full_fashion_epoch_time_s": (
+            round(60000 / stats["samples_per_s"], 3) if preset.startswith("fashion") else None
+        ),
+        "compile_s": compiled[0].get("seconds") if compiled else None,
+        "precision": header["precision"],
+        "compile": header["compile"],
+        "data": header.get("data"),
+        "steps": steps,
+        "log_every": log_every,
+        "syncs_per_nonlog_step": counts["syncs"] / counts["steps"] if counts["steps"] else None,
+        "nonlog_steps_checked": counts["steps"],
+        "sync_sites": counts["sites"],
+        "peak_mem_bytes": torch.cuda.max_memory_allocated() if cuda else None,
+        "device_name": header.get("device_name"),
+    }
+
+
+def device_facts() -> dict[str, Any]:
+    import torch
+
+    facts: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    if torch.cuda.is_available():
+        facts["gpu"] = torch.cuda.get_device_name(0)
+        facts["gpus"] = torch.cuda.device_count()
+        facts["cudnn"] = torch.backends.cudnn.version()
+    return facts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    default_out = Path(os.environ["OUT"]) / "gpu.json" if os.environ.get("OUT") else "gpu.json"
+    parser.add_argument("--out", default=str(default_out), help="where the JSON goes")
+    parser.add_argument("--budget-s", type=float, default=420, help="stop starting runs after")
+    parser.add_argument("--fashion-steps", type=int, default=1000)
+    parser.add_argument("--resnet-steps", type=int, default=150)
+    parser.add_argument("--only", nargs="*", help="labels to run (default: all, in order)")
+    parser.add_argument("--no-compile", action="store_true", help="train.compile=off")
+    parser.add_argument("--allow-cpu", action="store_true", help="test the plumbing on a CPU")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], help=argparse.SUPPRESS
+    )
+    parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.overrides, args.steps, args.device)))
+        return
+
+    import torch
+
+    if not torch.cuda.is_available() and not args.allow_cpu:
+        print(
+            f"gpu.py: no CUDA device here (torch {torch.__version__}); "
+            "run it on a GPU machine (bench/gpu.sh)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    started = time.monotonic()
+    summary: dict[str, Any] = {
+        "item": "7 GPU per preset",
+        "machine": machine(),
+        "device": device_facts(),
+        "command": " ".join(["python bench/gpu.py", *sys.argv[1:]]),
+        "notes": "fashion presets on data.name=fashion_mini (6k/1k), eval off while training",
+        "runs": {},
+        "skipped": [],
+    }
+    for label, preset, overrides in RUNS:
+        if args.only and label not in args.only:
+            continue
+        left = args.budget_s - (time.monotonic() - started)
+        if left < 30:
+            summary["skipped"].append(f"{label}: budget spent")
+            continue
+        if args.no_compile:
+            overrides = [*overrides, 'train.compile="off"']
+        steps = args.resnet_steps if preset.startswith("resnet") else args.fashion_steps
+        if device == "cpu":
+            steps = min(steps, 40)
+            overrides = [*overrides, "train.log_every=10"]
+            if preset.startswith("resnet"):
+                overrides = [*overrides, "data.image_size=32", "data.batch_size=8"]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            preset,
+            "--steps",
+            str(steps),
+            "--device",
+            device,
+        ]
+        for item in overrides:
+            cmd += ["--set", item]
+        try:
+            summary["runs"][label] = run_json(cmd, timeout=left)
+            note(f"{label}: {summary['runs'][label]['samples_per_s']:.0f} samples/s")
+        except Exception as exc:  # noqa: BLE001 - keep going, record what failed
+            summary["runs"][label] = {"error": f"{type(exc).__name__}: {str(exc)[-600:]}"}
+            note(f"{label}: failed: {exc}")
+        summary["speedup_vs_fp32"] = speedups(summary["runs"])
+        summary["elapsed_s"] = round(time.monotonic() - started, 1)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    emit(summary)
+
+
+def speedups(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for mixed, fp32 in SPEEDUPS.items():
+        a, b = runs.get(mixed, {}), runs.get(fp32, {})
+        if "samples_per_s" in a and "samples_per_s" in b:
+            out[mixed] = spread([a["samples_per_s"] / b["samples_per_s"]])["median"]
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,281 @@
+"""Item 4: UI overhead and key latency: the Textual app attached against `--no-ui`.
+
+    python bench/ui_overhead.py --repeats 5 --preset fashion-mini
+
+UI side: the real app (`tuitrain.ui.app.TuitrainApp` over an `EngineHost`, as `run_app`
+builds it, with the refresh timers users get: text 5 Hz, plots 2 Hz) in a real terminal: a
+detached tmux session of --cols x --rows on a private tmux socket. The bench subclass adds
+one hidden binding, `z`, whose handler appends time.monotonic() to a file; while the run
+trains, the parent sends `z` with `tmux send-keys` every ~0.25 s (jittered) and pairs each
+send with the next handler time: that is key-to-handler latency through tmux, the pty,
+Textual's input parsing and the event loop (the tmux client's own start, measured alone and
+reported, is included). It also notes the first frame (call_after_refresh after mount)
+against the launch of the session: time to the first frame.
+No-UI side: `python -m tuitrain --no-ui` with the same preset and overrides.
+
+Throughput on both sides is the engine's samples/s from metrics.jsonl, first interval and
+epoch-end intervals left out. Pairs alternate order. Prints ratio UI / no-UI, latency p50/p95.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import REPO, emit, machine, note, spread, train_stats
+
+OVERRIDES = ['train.device="cpu"', "train.eval_every_epoch=false", "data.val_samples=1024"]
+SOCKET = f"tuitrain-bench-{os.getpid()}"  # a private tmux server: other sessions stay untouched
+
+
+def cpu_s(stat: Path) -> float:
+    """User + system CPU seconds from a /proc/.../stat file (0 if it is gone)."""
+    try:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_s() -> dict[int, float]:
+    """CPU seconds of each thread of this process."""
+    return {int(t.name): cpu_s(t / "stat") for t in Path("/proc/self/task").iterdir()}
+
+
+def child_ui(preset: str, overrides: list[str], run_dir: str, ping_file: str) -> int:
+    """Runs inside tmux: the app as run_app builds it, plus the hidden `z` ping binding."""
+    from textual.binding import Binding
+
+    from tuitrain.config import load_preset
+    from tuitrain.metrics.store import MetricStore
+    from tuitrain.ui.app import RunEnded, TuitrainApp
+    from tuitrain.ui.host import EngineHost
+
+    pings = open(ping_file, "a", buffering=1)  # noqa: SIM115 - lives as long as the app
+
+    app_dir = Path(sys.modules[TuitrainApp.__module__].__file__ or "").parent
+    css = TuitrainApp.CSS_PATH or []
+
+    class PingApp(TuitrainApp):
+        # CSS paths resolve next to the class's module: point them back at tuitrain/ui/
+        CSS_PATH = [app_dir / c for c in ([css] if isinstance(css, (str, Path)) else css)]
+        BINDINGS = [*TuitrainApp.BINDINGS, Binding("z", "bench_ping", show=False)]
+
+        def on_mount(self) -> None:
+            super().on_mount()
+            self.call_after_refresh(lambda: pings.write(f"frame {time.monotonic()}\n"))
+            self.cpu0, self.t0 = thread_cpu_s(), time.monotonic()
+
+        def action_bench_ping(self) -> None:
+            pings.write(f"ping {time.monotonic()}\n")
+
+        def on_run_ended(self, message: RunEnded) -> None:
+            cpu1, wall = thread_cpu_s(), time.monotonic() - self.t0
+            used = {tid: cpu1[tid] - self.cpu0.get(tid, 0.0) for tid in cpu1}
+            main, engine = os.getpid(), message.host.thread.native_id  # type: ignore[union-attr]
+            share = {  # CPU seconds per wall second, mount to run end
+                "ui_main_thread": used.get(main, 0.0) / wall,
+                "engine_thread": used.get(engine, 0.0) / wall,
+                "other_threads": sum(v for t, v in used.items() if t not in (main, engine)) / wall,
+            }
+            pings.write(f"cpu {json.dumps(share)}\n")
+            super().on_run_ended(message)
+            self.exit(0)
+
+    cfg = load_preset(preset, overrides)
+    host = EngineHost(cfg, MetricStore(), run_dir=Path(run_dir))
+    code = PingApp(host=host, overrides=overrides).run()
+    host.join(30)
+    return code or 0
+
+
+def tmux(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["tmux", "-L", SOCKET, *args], capture_output=True, text=True)
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):  # a line being written
+            out.append(json.loads(line))
+    return out
+
+
+def measure_ui(args: argparse.Namespace, overrides: list[str], tmp: Path, r: int) -> dict:
+    run_dir, pings = tmp / f"ui-{r}", tmp / f"pings-{r}.txt"
+    me = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child-ui",
+        "--preset",
+        args.preset,
+        "--run-dir",
+        str(run_dir),
+        "--ping-file",
+        str(pings),
+    ]
+    for o in overrides:
+        me += ["--set", o]
+    session = f"ui{r}"
+    launched = time.monotonic()
+    tmux(
+        "new-session",
+        "-d",
+        "-s",
+        session,
+        "-x",
+        str(args.cols),
+        "-y",
+        str(args.rows),
+        "-c",
+        str(REPO),
+        " ".join(f"'{a}'" for a in me),
+    )
+    server = tmux("display-message", "-p", "-t", session, "#{pid}").stdout.strip()
+    server_stat = Path(f"/proc/{server}/stat")
+    server_cpu0, server_t0 = cpu_s(server_stat), time.monotonic()
+    sends: list[float] = []
+    send_cost: list[float] = []
+    deadline = launched + args.timeout
+    total = None
+    while time.monotonic() < deadline:
+        time.sleep(random.uniform(0.15, 0.35))
+        records = read_records(run_dir / "metrics.jsonl")
+        header = next((x for x in records if x["type"] == "header"), None)
+        if tmux("has-session", "-t", session).returncode != 0:
+            break  # the app has exited (or failed to start: train_stats below says so)
+        if header is None:
+            continue
+        total = header["total_steps"]
+        if any(x["type"] == "train" and x["step"] >= total for x in records):
+            break  # training is over: stop pressing
+        t0 = time.monotonic()
+        tmux("send-keys", "-t", session, "z")
+        sends.append(t0)
+        send_cost.append(time.monotonic() - t0)
+    server_share = (cpu_s(server_stat) - server_cpu0) / (time.monotonic() - server_t0)
+    while tmux("has-session", "-t", session).returncode == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    tmux("kill-session", "-t", session)
+    lines = pings.read_text().split("\n") if pings.exists() else []
+    frames = [float(x.split()[1]) for x in lines if x.startswith("frame")]
+    cpu = next((json.loads(x[4:]) for x in lines if x.startswith("cpu ")), {})
+    cpu["tmux_server"] = server_share
+    handled = sorted(float(x.split()[1]) for x in lines if x.startswith("ping"))
+    latencies, i = [], 0
+    for t0 in sends:  # each send pairs with the first handler time after it
+        while i < len(handled) and handled[i] < t0:
+            i += 1
+        if i < len(handled):
+            latencies.append(handled[i] - t0)
+            i += 1
+    stats = train_stats(read_records(run_dir / "metrics.jsonl"), skip=1)
+    stats.update(
+        cpu=cpu,
+        latencies=latencies,
+        sends=len(sends),
+        send_cost=send_cost,
+        first_frame_s=frames[0] - launched if frames else None,
+    )
+    return stats
+
+
+def measure_noui(args: argparse.Namespace, overrides: list[str], tmp: Path, r: int) -> dict:
+    run_dir = tmp / f"noui-{r}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "tuitrain",
+        "--no-ui",
+        "--preset",
+        args.preset,
+        "--run-dir",
+        str(run_dir),
+    ]
+    for o in overrides:
+        cmd += ["--set", o]
+    subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, timeout=args.timeout)
+    return train_stats(read_records(run_dir / "metrics.jsonl"), skip=1)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if len(values) < 2:
+        return values[0] if values else None
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="fashion-mini")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--cols", type=int, default=120)
+    parser.add_argument("--rows", type=int, default=40)
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--child-ui", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--run-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--ping-file", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_ui:
+        sys.exit(child_ui(args.preset, args.overrides, args.run_dir, args.ping_file))
+    overrides = [*OVERRIDES, *args.overrides]
+    ui: list[dict[str, Any]] = []
+    noui: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="tuitrain-ui-bench-") as name:
+        tmp = Path(name)
+        for r in range(args.repeats):
+            for side in ("ui", "noui") if r % 2 == 0 else ("noui", "ui"):
+                if side == "ui":
+                    ui.append(measure_ui(args, overrides, tmp, r))
+                    out = ui[-1]
+                    extra = f", {len(out['latencies'])}/{out['sends']} keys handled"
+                else:
+                    noui.append(measure_noui(args, overrides, tmp, r))
+                    out, extra = noui[-1], ""
+                note(f"pair {r} {side}: {out['samples_per_s']:.0f} samples/s{extra}")
+    latencies = [1e3 * x for o in ui for x in o["latencies"]]
+    emit(
+        {
+            "item": "4 UI overhead (app in tmux vs --no-ui) and key-to-handler latency",
+            "machine": machine(),
+            "command": " ".join(["python bench/ui_overhead.py", *sys.argv[1:]]),
+            "preset": args.preset,
+            "overrides": overrides,
+            "terminal": f"tmux {args.cols}x{args.rows}",
+            "ui_samples_per_s": spread([o["samples_per_s"] for o in ui], 1),
+            "noui_samples_per_s": spread([o["samples_per_s"] for o in noui], 1),
+            "ratio_ui_over_noui": spread(
+                [u["samples_per_s"] / n["samples_per_s"] for u, n in zip(ui, noui, strict=True)]
+            ),
+            "key_latency_ms": {
+                "p50": round(percentile(latencies, 50) or 0, 1),
+                "p95": round(percentile(latencies, 95) or 0, 1),
+                "max": round(max(latencies, default=0), 1),
+                "n": len(latencies),
+                "sent": sum(o["sends"] for o in ui),
+            },
+            "tmux_send_keys_ms": spread([1e3 * x for o in ui for x in o["send_cost"]], 1),
+            "cpu_cores_used": {
+                name: spread([o["cpu"][name] for o in ui if name in o["cpu"]], 3)
+                for name in ("ui_main_thread", "engine_thread", "other_threads", "tmux_server")
+            },
+            "first_frame_s": spread([o["first_frame_s"] for o in ui if o["first_frame_s"]], 2),
+            "goal": "ratio >= 0.95; key latency p95 < 50 ms",
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()
