@@ -52,9 +52,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def make_optimizer(
-    params: list[nn.Parameter], cfg: OptimConfig, device: torch.device
-) -> torch.optim.Optimizer:
+def make_optimizer(params: list[nn.Parameter], cfg: OptimConfig) -> torch.optim.Optimizer:
     if cfg.name == "sgd":
         return torch.optim.SGD(
             params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
@@ -104,7 +102,7 @@ def build_parts(cfg: Config, dist: DistInfo) -> RunParts:
     if cfg.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
     train_model, ddp = wrap_model(model, cfg, device, dist)
-    optimizer = make_optimizer(list(model.parameters()), cfg.optim, device)
+    optimizer = make_optimizer(list(model.parameters()), cfg.optim)
     steps_per_epoch = max(len(data.train) // cfg.optim.grad_accum, 1)
     total = steps_per_epoch * cfg.train.epochs
     if cfg.train.max_steps:
