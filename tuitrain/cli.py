@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tuitrain import __version__
-from tuitrain.config import DEFAULT_PRESET, Config, describe_presets, load_preset
+from tuitrain.config import DEFAULT_PRESET, Config, describe_presets, load_preset, overrides_from
 from tuitrain.errors import EXIT_USAGE, UserError
 from tuitrain.launch import resume_config, run_headless
 
@@ -97,15 +97,7 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
         ("data.data_dir", args.data_dir),
         ("train.compile", None if args.compile is None else ("on" if args.compile else "off")),
     ]
-    out = []
-    for key, value in pairs:
-        if value is None:
-            continue
-        literal = str(value)
-        if isinstance(value, str):
-            literal = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        out.append(f"{key}={literal}")
-    return out
+    return overrides_from(pairs)
 
 
 def without_nproc(argv: list[str]) -> list[str]:

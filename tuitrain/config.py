@@ -253,6 +253,19 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return keys, value
 
 
+def overrides_from(pairs: list[tuple[str, Any]]) -> list[str]:
+    """Dedicated CLI flags as `section.key=value` overrides; None means "not given"."""
+    out = []
+    for key, value in pairs:
+        if value is None:
+            continue
+        literal = str(value)
+        if isinstance(value, str):
+            literal = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        out.append(f"{key}={literal}")
+    return out
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
     for text in overrides:

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from tuitrain.config import DEFAULT_PRESET, Config, load_preset
+from tuitrain.config import DEFAULT_PRESET, Config, load_preset, overrides_from
 from tuitrain.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, UserError
 from tuitrain.metrics.format import format_record
 from tuitrain.metrics.sinks import Sink
@@ -92,16 +92,7 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
         ("train.max_steps", args.max_steps),
         ("data.data_dir", args.data_dir),
     ]
-    out = []
-    for key, value in pairs:
-        if value is not None:
-            literal = value if isinstance(value, int) else _toml_string(value)
-            out.append(f"{key}={literal}")
-    return out
-
-
-def _toml_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return overrides_from(pairs)
 
 
 def default_run_dir(cfg: Config) -> Path:
