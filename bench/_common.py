@@ -119,14 +119,21 @@ def train_stats(
     return {"samples_per_s": samples / wall, "data_wait_frac": wait / wall, "wall_s": wall}
 
 
-def engine_records(preset: str, overrides: list[str]) -> list[dict[str, Any]]:
+def engine_records(
+    preset: str, overrides: list[str], stop_after: int | None = None
+) -> list[dict[str, Any]]:
     """Run the engine in this process (`tuitrain.engine.trainer.run`) and return its records.
 
-    The sink only collects; the figures come from the engine's own train records.
+    The sink only collects; the figures come from the engine's own train records. With
+    `stop_after`, the sink asks the engine to stop once the train record of that step has
+    arrived (a stop skips the final evaluation, which under torch.compile means a recompile).
     """
     from tuitrain.config import load_preset
+    from tuitrain.engine.control import Control
     from tuitrain.engine.trainer import run
     from tuitrain.metrics.sinks import Sink
+
+    control = Control()
 
     class CaptureSink(Sink):
         def __init__(self) -> None:
@@ -134,9 +141,12 @@ def engine_records(preset: str, overrides: list[str]) -> list[dict[str, Any]]:
 
         def write(self, record: Mapping[str, Any]) -> None:
             self.records.append(dict(record))
+            step = record.get("step")
+            if stop_after and record.get("type") == "train" and step and step >= stop_after:
+                control.request_stop("benchmark window done")
 
     sink = CaptureSink()
-    result = run(load_preset(preset, overrides), sink)
-    if result.status != "completed":
+    result = run(load_preset(preset, overrides), sink, control)
+    if result.status == "failed" or (result.status == "stopped" and not stop_after):
         raise RuntimeError(f"{preset} {overrides}: {result.status}: {result.reason}")
     return sink.records

@@ -14,7 +14,9 @@ fashion-fp32, resnet18-synth-bf16 with the same preset at train.precision=fp32.
 
 The Fashion-MNIST files are not on the GPU machine: the fashion presets run on the subset
 shipped in the package (data.name=fashion_mini, 6k train / 1k val, 23 steps per epoch),
-with evaluation off during training so epoch ends do not break the timing.
+with evaluation off during training so epoch ends do not break the timing. Every run is
+stopped (through its Control) right after its last measured log point, so no final evaluation
+runs: under torch.compile it would recompile the model for eval mode and spend the budget.
 
 Writes the JSON after every preset (a timeout keeps what was measured) and prints it. Without
 CUDA it prints one line and exits with code 2 (--allow-cpu runs the plumbing on the CPU).
@@ -92,8 +94,11 @@ def child(preset: str, overrides: list[str], steps: int, device: str) -> dict[st
     log_every = load_preset(preset, overrides).train.log_every
     counts: dict[str, Any] = {"steps": 0, "syncs": 0, "sites": []}
     count_syncs(window_from=log_every, counts=counts)
+    # one log interval more than measured, stopped at `steps`: no final (recompiling) eval
     records = engine_records(
-        preset, [*overrides, f"train.max_steps={steps}", f'train.device="{device}"']
+        preset,
+        [*overrides, f"train.max_steps={steps + log_every}", f'train.device="{device}"'],
+        stop_after=steps,
     )
     header = next(r for r in records if r["type"] == "header")
     compiled = [r for r in records if r.get("kind") == "compile_done"]

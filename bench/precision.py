@@ -30,8 +30,8 @@ def child(precision: str, steps: int, log_every: int, seed: int, val: int) -> di
     records = engine_records(
         f"fashion-{precision}",
         [
-            # one epoch of exactly `steps` batches, so the run ends with its evaluation (a run
-            # cut short by train.max_steps mid-epoch ends without one)
+            # one epoch of exactly `steps` batches: the run ends with its evaluation, on a
+            # fixed set of images, however the engine handles train.max_steps mid-epoch
             f"data.train_samples={steps * 256}",
             "train.epochs=1",
             f"train.log_every={log_every}",

@@ -14,7 +14,10 @@ against the launch of the session: time to the first frame.
 No-UI side: `python -m tuitrain --no-ui` with the same preset and overrides.
 
 Throughput on both sides is the engine's samples/s from metrics.jsonl, first interval and
-epoch-end intervals left out. Pairs alternate order. Prints ratio UI / no-UI, latency p50/p95.
+epoch-end intervals left out. Pairs alternate order. Prints ratio UI / no-UI, latency p50/p95,
+and where the UI's CPU goes: the app's main thread and the tmux server, in cores used from
+mount to the run's end (from /proc). --threads sets OMP_NUM_THREADS on both sides; --switch
+sets sys.setswitchinterval in the UI process (a GIL experiment).
 """
 
 from __future__ import annotations
@@ -47,13 +50,12 @@ def cpu_s(stat: Path) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def thread_cpu_s() -> dict[int, float]:
-    """CPU seconds of each thread of this process."""
-    return {int(t.name): cpu_s(t / "stat") for t in Path("/proc/self/task").iterdir()}
-
-
-def child_ui(preset: str, overrides: list[str], run_dir: str, ping_file: str) -> int:
+def child_ui(
+    preset: str, overrides: list[str], run_dir: str, ping_file: str, switch: float | None
+) -> int:
     """Runs inside tmux: the app as run_app builds it, plus the hidden `z` ping binding."""
+    if switch:
+        sys.setswitchinterval(switch)  # how long a thread may keep the GIL when another waits
     from textual.binding import Binding
 
     from tuitrain.config import load_preset
@@ -74,19 +76,25 @@ def child_ui(preset: str, overrides: list[str], run_dir: str, ping_file: str) ->
         def on_mount(self) -> None:
             super().on_mount()
             self.call_after_refresh(lambda: pings.write(f"frame {time.monotonic()}\n"))
-            self.cpu0, self.t0 = thread_cpu_s(), time.monotonic()
+            self.cpu0, self.t0 = self.cpu_now(), time.monotonic()
+
+        @staticmethod
+        def cpu_now() -> tuple[float, float]:
+            """(main thread, whole process) CPU seconds; the process figure keeps the time
+            of threads that have ended (the engine thread may be gone by on_run_ended)."""
+            return cpu_s(Path(f"/proc/self/task/{os.getpid()}/stat")), cpu_s(
+                Path("/proc/self/stat")
+            )
 
         def action_bench_ping(self) -> None:
             pings.write(f"ping {time.monotonic()}\n")
 
         def on_run_ended(self, message: RunEnded) -> None:
-            cpu1, wall = thread_cpu_s(), time.monotonic() - self.t0
-            used = {tid: cpu1[tid] - self.cpu0.get(tid, 0.0) for tid in cpu1}
-            main, engine = os.getpid(), message.host.thread.native_id  # type: ignore[union-attr]
-            share = {  # CPU seconds per wall second, mount to run end
-                "ui_main_thread": used.get(main, 0.0) / wall,
-                "engine_thread": used.get(engine, 0.0) / wall,
-                "other_threads": sum(v for t, v in used.items() if t not in (main, engine)) / wall,
+            (main1, all1), wall = self.cpu_now(), time.monotonic() - self.t0
+            main, everything = main1 - self.cpu0[0], all1 - self.cpu0[1]
+            share = {  # CPU seconds per wall second, from mount to the run's end
+                "ui_main_thread": main / wall,
+                "engine_and_torch_threads": (everything - main) / wall,
             }
             pings.write(f"cpu {json.dumps(share)}\n")
             super().on_run_ended(message)
@@ -128,6 +136,10 @@ def measure_ui(args: argparse.Namespace, overrides: list[str], tmp: Path, r: int
     ]
     for o in overrides:
         me += ["--set", o]
+    if args.switch:
+        me += ["--switch", str(args.switch)]
+    if args.threads:
+        me = ["env", f"OMP_NUM_THREADS={args.threads}", *me]
     session = f"ui{r}"
     launched = time.monotonic()
     tmux(
@@ -206,7 +218,10 @@ def measure_noui(args: argparse.Namespace, overrides: list[str], tmp: Path, r: i
     ]
     for o in overrides:
         cmd += ["--set", o]
-    subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, timeout=args.timeout)
+    env = dict(os.environ, **({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {}))
+    subprocess.run(
+        cmd, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL, timeout=args.timeout
+    )
     return train_stats(read_records(run_dir / "metrics.jsonl"), skip=1)
 
 
@@ -221,6 +236,8 @@ def main() -> None:
     parser.add_argument("--preset", default="fashion-mini")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS for both sides")
+    parser.add_argument("--switch", type=float, help="sys.setswitchinterval in the UI process")
     parser.add_argument("--cols", type=int, default=120)
     parser.add_argument("--rows", type=int, default=40)
     parser.add_argument("--timeout", type=float, default=600)
@@ -229,7 +246,7 @@ def main() -> None:
     parser.add_argument("--ping-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_ui:
-        sys.exit(child_ui(args.preset, args.overrides, args.run_dir, args.ping_file))
+        sys.exit(child_ui(args.preset, args.overrides, args.run_dir, args.ping_file, args.switch))
     overrides = [*OVERRIDES, *args.overrides]
     ui: list[dict[str, Any]] = []
     noui: list[dict[str, Any]] = []
@@ -254,6 +271,8 @@ def main() -> None:
             "preset": args.preset,
             "overrides": overrides,
             "terminal": f"tmux {args.cols}x{args.rows}",
+            "omp_num_threads": args.threads or "torch default",
+            "ui_switch_interval_s": args.switch or "python default (0.005)",
             "ui_samples_per_s": spread([o["samples_per_s"] for o in ui], 1),
             "noui_samples_per_s": spread([o["samples_per_s"] for o in noui], 1),
             "ratio_ui_over_noui": spread(
@@ -269,7 +288,7 @@ def main() -> None:
             "tmux_send_keys_ms": spread([1e3 * x for o in ui for x in o["send_cost"]], 1),
             "cpu_cores_used": {
                 name: spread([o["cpu"][name] for o in ui if name in o["cpu"]], 3)
-                for name in ("ui_main_thread", "engine_thread", "other_threads", "tmux_server")
+                for name in ("ui_main_thread", "engine_and_torch_threads", "tmux_server")
             },
             "first_frame_s": spread([o["first_frame_s"] for o in ui if o["first_frame_s"]], 2),
             "goal": "ratio >= 0.95; key latency p95 < 50 ms",
