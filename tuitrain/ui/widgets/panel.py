@@ -12,6 +12,7 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.geometry import Size
 from textual.markup import escape
 from textual.widgets import Sparkline, Static
 
@@ -28,6 +29,22 @@ def esc(value: object) -> str:
 def same_objects(a: Sequence[object], b: Sequence[object]) -> bool:
     """True when both hold the very same objects (identity, not equality: cheap)."""
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def update_summary(summary: Static, text: str) -> None:
+    """Show `text`, with a layout pass only when its wrapped height differs from the last one.
+
+    A layout pass per record was most of the UI thread's busy time (BENCHMARKS.md, item 4),
+    yet a summary's height rarely changes: same number of lines, same wrapping. Wrapping can
+    change the height without a new "\\n", so the height is compared after wrapping at the
+    widget's current width (Textual caches it per content and width).
+    """
+    width = summary.content_size.width
+    no_size = Size(0, 0)  # unused by a Static: its height depends only on the width
+    before = summary.get_content_height(no_size, no_size, width) if width else None
+    summary.update(text, layout=False)
+    if before is None or summary.get_content_height(no_size, no_size, width) != before:
+        summary.refresh(layout=True)
 
 
 class Panel(Vertical):
@@ -87,9 +104,8 @@ class Panel(Vertical):
         text = self.summary(frame)
         if text == self._text:
             return
-        # A layout pass each time: wrapping can change the height without a new "\n".
-        self.summary_text.update(text)
         self._text = text
+        update_summary(self.summary_text, text)
         self.set_class(not self.has_chart(frame.snap), "-no-chart")
 
     def refresh_plot(self, snap: Snapshot) -> None:

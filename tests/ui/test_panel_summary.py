@@ -1,0 +1,59 @@
+"""A panel summary's height follows its wrapped text, though most updates skip the layout."""
+
+from __future__ import annotations
+
+from textual.app import App, ComposeResult
+from textual.widgets import Static
+
+from tuitrain.ui.widgets.panel import update_summary
+
+
+class SummaryApp(App[None]):
+    CSS = "#summary { height: auto; width: 20; } #below { height: 1; }"
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="summary")
+        yield Static("below", id="below")
+
+
+async def test_summary_grows_and_shrinks_with_wrapping() -> None:
+    app = SummaryApp()
+    async with app.run_test(size=(40, 10)) as pilot:
+        summary = app.query_one("#summary", Static)
+        below = app.query_one("#below", Static)
+        update_summary(summary, "one line")
+        await pilot.pause()
+        assert summary.size.height == 1
+        assert below.region.y == 1
+
+        # Longer than 20 cells with no "\n": wraps onto a second line, so a layout is needed.
+        update_summary(summary, "a line that is long enough to wrap")
+        await pilot.pause()
+        assert summary.size.height == 2
+        assert below.region.y == 2
+
+        # Same height, new text: shown (no layout needed for that).
+        update_summary(summary, "another line which also wraps")
+        await pilot.pause()
+        assert summary.size.height == 2
+        assert "another line" in str(summary.render())
+
+        update_summary(summary, "short\nagain\nthree")
+        await pilot.pause()
+        assert summary.size.height == 3
+        update_summary(summary, "short")
+        await pilot.pause()
+        assert summary.size.height == 1
+        assert below.region.y == 1
+
+
+async def test_same_height_update_skips_the_layout() -> None:
+    app = SummaryApp()
+    async with app.run_test(size=(40, 10)) as pilot:
+        summary = app.query_one("#summary", Static)
+        update_summary(summary, "step 1")
+        await pilot.pause()
+        update_summary(summary, "step 2")
+        assert not summary._layout_required  # the text changed, its height did not
+        update_summary(summary, "step 3 and a tail long enough to wrap")
+        assert summary._layout_required
