@@ -103,3 +103,33 @@ def test_a_long_file_is_read_bounded(tmp_path: Path) -> None:
 def test_resolve_metrics_path(tmp_path: Path) -> None:
     assert resolve_metrics_path(tmp_path) == tmp_path / "metrics.jsonl"
     assert resolve_metrics_path(tmp_path / "x.jsonl") == tmp_path / "x.jsonl"
+
+
+def test_chunked_reads_keep_lines_whole(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """Reads in chunks far smaller than the file (lines cut at every boundary) give the
+    store what one read gives: the catch-up, then a live append."""
+    monkeypatch.setattr("tuitrain.metrics.follow.CHUNK_BYTES", 97)
+    monkeypatch.setattr("tuitrain.metrics.follow.CATCHUP_TRAIN_POINTS", 64)
+    monkeypatch.setattr("tuitrain.metrics.follow.CATCHUP_TAIL", 16)
+    path = tmp_path / "metrics.jsonl"
+    recs = [{"type": "header", "preset": "chunks"}]
+    for step in range(1, 1001):
+        recs.append(train(step))
+        if step % 100 == 0:
+            recs.append({"type": "eval", "step": step, "val_loss": 0.5, "val_acc": step / 1e4})
+    path.write_text("".join(line(r) for r in recs))
+    store = MetricStore()
+    follower = JsonlFollower(path, store)
+    pushed = follower.poll()
+    snap = store.snapshot()
+    xs = snap.get("loss").xs
+    assert snap.header["preset"] == "chunks" and len(snap.evals) == 10
+    assert xs[-16:] == tuple(range(985, 1001))  # the tail, whole
+    assert 32 <= len(xs) - 16 <= 64 and xs[0] == 1  # a strided history from the start
+    stride = xs[1] - xs[0]
+    assert all(b - a == stride for a, b in zip(xs, xs[1:-16], strict=False))  # evenly
+    assert pushed == 1 + 10 + len(xs)
+    with open(path, "a") as f:  # live lines after the catch-up: every one is taken
+        f.write("".join(line(train(s)) for s in range(1001, 1051)))
+    assert follower.poll() == 50
+    assert store.snapshot().get("loss").xs[-50:] == tuple(range(1001, 1051))
