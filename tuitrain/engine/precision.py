@@ -42,6 +42,10 @@ class Precision:
         """The scaler's scale as a device tensor (read it on the host only at log points)."""
         return None
 
+    def start_warning(self) -> tuple[str, str] | None:
+        """(message, hint) worth a warning event at run start, or None."""
+        return None
+
 
 class BF16Precision(Precision):
     name = "bf16"
@@ -77,6 +81,31 @@ class FP16Precision(Precision):
 
     def scale_tensor(self) -> torch.Tensor | None:
         return self.scaler._scale  # device tensor: reading it is deferred to log points
+
+    def start_warning(self) -> tuple[str, str] | None:
+        """A warning, not a refusal: fp16 on a CPU works (tests use it), it is only slow."""
+        if self.device.type != "cpu" or cpu_fp16_native() is not False:
+            return None
+        capability = torch.backends.cpu.get_cpu_capability()
+        message = (
+            f"fp16 on this CPU ({capability}) is emulated: it has no native fp16 kernels "
+            "(AVX512-FP16 or AMX-FP16), so convolutions run reference code, ~10x slower "
+            "than fp32"
+        )
+        fast = "bf16" if bf16_supported(self.device) else "fp32"
+        return message, f"use --precision {fast} on this CPU"
+
+
+def cpu_fp16_native() -> bool | None:
+    """True where oneDNN has fp16 kernels on this CPU (AVX512-FP16 or AMX-FP16), None when
+    this torch cannot say. Without them fp16 autocast falls back to slow reference kernels
+    (BENCHMARKS.md, item 2: aten::_slow_conv2d_* took 89% of an fp16 step)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    except (AttributeError, RuntimeError):  # a torch without the check
+        return None
 
 
 def resolve_precision(name: str, device: torch.device) -> str:

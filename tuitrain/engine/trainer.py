@@ -95,6 +95,9 @@ def run(
         control.state = "starting"
         parts = build_parts(cfg, dist)
         sink.write(header_record(cfg, parts, dist, run_dir))
+        if slow := parts.precision.start_warning():
+            message, hint = slow
+            sink.write(event(f"{message}; {hint}", level="warning", kind="precision", hint=hint))
         trainer = Trainer(cfg, parts, sink, control, dist, run_dir)
         if resume is not None:
             from tuitrain.engine.state import restore
