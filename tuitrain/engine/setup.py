@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,13 +54,49 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def optimizer_kernels(device_type: str) -> dict[str, bool]:
+    """How the optimizer update runs on this device type: `fused` on CUDA, `foreach` elsewhere.
+
+    fused is one kernel per step, and a fused optimizer takes the GradScaler's `found_inf` as
+    a device tensor: with foreach, `GradScaler.step` reads `found_inf` with `.item()` (a host
+    sync on every fp16 step) before deciding whether to call `optimizer.step()`. Elsewhere
+    the choice stays what it was (foreach): no host-device sync to save there.
+    """
+    return {"fused": True} if device_type == "cuda" else {"foreach": True}
+
+
 def make_optimizer(params: list[nn.Parameter], cfg: OptimConfig) -> torch.optim.Optimizer:
+    kernels = optimizer_kernels(params[0].device.type)
+    optimizer: torch.optim.Optimizer
     if cfg.name == "sgd":
-        return torch.optim.SGD(
-            params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+        optimizer = torch.optim.SGD(
+            params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, **kernels
         )
-    # foreach keeps the update to a few kernels; fused is CUDA-only in practice.
-    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
+    else:
+        optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **kernels)
+    optimizer.register_load_state_dict_pre_hook(keep_kernels(kernels))
+    return optimizer
+
+
+def keep_kernels(
+    kernels: dict[str, bool],
+) -> Callable[[torch.optim.Optimizer, dict[str, Any]], dict[str, Any]]:
+    """A load_state_dict pre-hook: keep this run's fused/foreach choice over the checkpoint's.
+
+    `load_state_dict` takes the saved groups' flags, so a checkpoint from a CPU (foreach) run
+    resumed on CUDA would step a fused-built optimizer down the foreach path, which fails
+    when the GradScaler hands it `found_inf`; the flags also decide where `step` is loaded
+    (on the parameters' device for fused).
+    """
+
+    def hook(_optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> dict[str, Any]:
+        groups = [
+            {**g, "fused": kernels.get("fused"), "foreach": kernels.get("foreach")}
+            for g in state["param_groups"]
+        ]
+        return {**state, "param_groups": groups}
+
+    return hook
 
 
 def make_schedule(
