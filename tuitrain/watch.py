@@ -1,43 +1,141 @@
-"""`tuitrain watch RUN_DIR|metrics.jsonl`: the dashboard fed from a run's JSONL file.
+"""`tuitrain watch`: dashboards fed from runs' metrics.jsonl files, never touching the runs.
+
+    tuitrain watch RUN_DIR|metrics.jsonl         the dashboard of one run
+    tuitrain watch --compare A B                 two runs overlaid (fp32 against bf16, say)
 
 Follows a live headless run (new lines as they come, a replaced file starts over), replays a
-finished one, reads a DDP run through rank 0's file. Keys that need a live engine say so.
+finished one, reads a DDP run through rank 0's file. A long file opens fast and in bounded
+memory (`JsonlFollower`'s catch-up). The viewer only reads: keys that need a live engine say
+so, and quitting it leaves the run alone. It needs no terminal of its own, so
+`textual serve "tuitrain watch RUN_DIR"` (textual-dev) serves it to browsers, one viewer
+process per connection.
+
+Bad targets (no such path, a folder that is no run dir, a file that is no metrics file) are
+refused with one sentence and exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from tuitrain.errors import EXIT_USAGE
+
+RUN_FILES = ("metrics.jsonl", "config.toml", "train.log")  # what a run dir holds early on
+PROBE_BYTES = 1 << 20  # a header line is a few kB; more without a newline is no metrics file
+
+
+class WatchError(Exception):
+    """A target that cannot be watched: one sentence naming it and the fix."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tuitrain watch",
-        description="Attach the dashboard to a headless or finished run.",
+        description="Attach the dashboard to a headless or finished run, or compare two runs\n"
+        "(loss and samples/s overlaid, B/A median throughput, validation-accuracy gap).\n"
+        "Only reads the runs' metrics.jsonl; live runs keep updating.",
+        epilog="examples:\n"
+        "  tuitrain watch runs/fashion-bf16-20261129-120000\n"
+        "  tuitrain watch --compare runs/fp32-run runs/bf16-run/metrics.jsonl\n"
+        '  textual serve "tuitrain watch runs/x"    in a browser (pip install textual-dev)\n'
+        "\nexit codes: 0 quit, 2 bad target or arguments",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("target", help="a run dir or its metrics.jsonl")
+    p.add_argument("target", nargs="?", help="a run dir or its metrics.jsonl")
+    p.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        help="compare two runs (run dirs or metrics.jsonl files); ratios are B over A",
+    )
     p.add_argument("--poll", type=float, default=0.25, help="seconds between file checks")
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    from tuitrain.metrics import MetricStore
-    from tuitrain.metrics.follow import JsonlFollower, resolve_metrics_path
+def check_target(target: str, *, strict: bool) -> Path:
+    """The metrics file of `target`, or WatchError. `strict` (compare) also refuses a folder
+    without any run file; one run may be watched before its run starts writing."""
+    from tuitrain.metrics.follow import resolve_metrics_path
 
-    path = resolve_metrics_path(args.target)
-    if not path.parent.is_dir():
-        print(
-            f"tuitrain watch: error: {args.target} is not a run dir or a metrics.jsonl; "
-            "pass the --run-dir of a run.",
-            file=sys.stderr,
+    given = Path(target).expanduser()
+    path = resolve_metrics_path(target)
+    if not given.exists():
+        # The metrics file of a run that is starting may not exist yet: wait for it.
+        starting = path == given and has_run_files(path.parent)
+        if not (starting if strict else path.parent.is_dir()):
+            raise WatchError(
+                f"{target} is not a run dir or a metrics.jsonl (no such path); "
+                "pass the --run-dir of a run, or its metrics.jsonl."
+            )
+    if given.is_dir() and strict and not has_run_files(given):
+        raise WatchError(
+            f"{target} is not a run dir (it has no metrics.jsonl, config.toml or train.log); "
+            "pass the --run-dir of a run, or its metrics.jsonl."
         )
+    if path.is_dir():
+        raise WatchError(f"{path} is a folder, not a metrics file; pass the run dir above it.")
+    if path.is_file():
+        try:
+            with open(path, "rb") as f:
+                first = f.readline(PROBE_BYTES)
+        except OSError as exc:
+            raise WatchError(
+                f"{path} cannot be read ({exc.strerror or type(exc).__name__}); "
+                "check its permissions."
+            ) from exc
+        if not looks_like_a_record(first):
+            raise WatchError(
+                f"{path} is not a tuitrain metrics file (its first line is not a JSON record "
+                'with a "type"); pass a run dir, or the metrics.jsonl in it.'
+            )
+    return path
+
+
+def has_run_files(folder: Path) -> bool:
+    return folder.is_dir() and any((folder / name).exists() for name in RUN_FILES)
+
+
+def looks_like_a_record(first_line: bytes) -> bool:
+    """True for a record, an empty file, or a first line still being written."""
+    if not first_line.endswith(b"\n"):
+        return len(first_line) < PROBE_BYTES and first_line[:1] in (b"", b"{")
+    try:
+        rec = json.loads(first_line)
+    except ValueError:
+        return False
+    return isinstance(rec, dict) and "type" in rec
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.compare and args.target:
+        parser.error(
+            f"--compare takes exactly two runs, got three ({' '.join(args.compare)} "
+            f"{args.target}); drop one, or watch a single run without --compare"
+        )
+    if not args.compare and not args.target:
+        parser.error("pass a run dir (or its metrics.jsonl), or --compare A B")
+    try:
+        if args.compare:
+            paths = [check_target(t, strict=True) for t in args.compare]
+            return compare(paths, args.poll)
+        return watch_one(check_target(args.target, strict=False), args.poll)
+    except WatchError as exc:
+        print(f"tuitrain watch: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def watch_one(path: Path, poll_s: float) -> int:
+    from tuitrain.metrics import MetricStore
+    from tuitrain.metrics.follow import JsonlFollower
+
     store = MetricStore()
-    follower = JsonlFollower(path, store, poll_s=args.poll)
+    follower = JsonlFollower(path, store, poll_s=poll_s)
     follower.poll()  # a finished run shows at once
     if not path.exists():
         print(f"tuitrain watch: waiting for {path} to appear…", file=sys.stderr)
@@ -50,4 +148,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         app.run()
     finally:
         follower.stop()
+    return 0
+
+
+def compare(paths: Sequence[Path], poll_s: float) -> int:
+    from tuitrain.metrics import MetricStore
+    from tuitrain.metrics.follow import JsonlFollower
+    from tuitrain.ui.compare import COLORS, CompareApp, Source
+
+    sources = [
+        Source(name, path, MetricStore(), color)
+        for name, path, color in zip("AB", paths, COLORS, strict=True)
+    ]
+    followers = [JsonlFollower(s.path, s.store, poll_s=poll_s) for s in sources]
+    for follower in followers:
+        follower.poll()  # finished runs show at once
+        follower.start()
+    try:
+        app = CompareApp(sources)
+        app.title = f"tuitrain watch --compare {paths[0]} {paths[1]}"
+        app.run()
+    finally:
+        for follower in followers:
+            follower.stop()
     return 0

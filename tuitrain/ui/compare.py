@@ -1,0 +1,282 @@
+"""Two runs overlaid: `tuitrain watch --compare A B` (fp32 against bf16, say).
+
+Each run has its own `MetricStore`, fed by its own `JsonlFollower` (built by
+`tuitrain.watch`), so a live run keeps updating. The app shows one row per run (label,
+status, latest step, smoothed loss, median samples/s, last validation accuracy), B against A
+(median throughput ratio, validation-accuracy gap), and two charts with both runs overlaid:
+smoothed train loss and samples/s, per step. Text is polled at 5 Hz and the charts at 2 Hz,
+each redrawn only when something it shows changed, from series decimated to the chart's
+width (the dashboard's way, `tuitrain.ui.widgets.panel.Panel`). Keys: `?` help, `q` quit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from textual import events
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Container, Vertical, VerticalScroll
+from textual.markup import escape
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Static
+
+from tuitrain.metrics.format import DASH
+from tuitrain.metrics.store import MetricStore, Series, Snapshot
+from tuitrain.ui.screens.help import binding_rows
+from tuitrain.ui.view import LOSS_SMOOTHING, derived_state, format_rate, median, smoothed_series
+from tuitrain.ui.widgets.chart import Line, MetricChart, format_tick
+from tuitrain.ui.widgets.panel import same_objects
+from tuitrain.ui.widgets.status import STATE_STYLE
+
+TEXT_INTERVAL_S = 0.2  # text at 5 Hz
+PLOT_INTERVAL_S = 0.5  # charts at 2 Hz
+COLORS = ("primary", "warning")  # run A, run B (theme variables), as on the parity screen
+COLUMNS = """\
+run: preset (from the run's header) · run dir · status: running, completed, failed, stopped \
+(the end record), waiting (no file yet) · step: latest logged step · loss: train loss smoothed \
+as on the dashboard (EMA {w}) · samples/s: median of the points held · val acc: latest \
+evaluation · B/A: B's median samples/s over A's · gap: B's val acc minus A's, in points"""
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One run to compare: its name (A, B), its metrics file and the store it feeds."""
+
+    name: str
+    path: Path
+    store: MetricStore
+    color: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """What the table says about one run, from one snapshot."""
+
+    label: str
+    state: str
+    step: int | None
+    loss: float | None
+    median_rate: float | None
+    val_acc: float | None
+
+
+def run_label(snap: Snapshot, path: Path) -> str:
+    """`preset · run dir`: the header's preset and the dir name (the file name if it is not
+    a run dir's metrics.jsonl)."""
+    where = path.parent.name if path.name == "metrics.jsonl" else path.name
+    preset = (snap.header or {}).get("preset")
+    return f"{preset} · {where}" if preset else where
+
+
+def summarize(snap: Snapshot, path: Path) -> RunSummary:
+    loss = snap.get("loss")
+    step = (snap.latest or {}).get("step")
+    if step is None and snap.last_eval is not None:
+        step = snap.last_eval.get("step")
+    acc = (snap.last_eval or {}).get("val_acc")
+    if acc is None and snap.end is not None:
+        acc = snap.end.get("val_acc")
+    state = derived_state(snap)
+    if snap.header is None and not path.exists():
+        state = "waiting"
+    return RunSummary(
+        label=run_label(snap, path),
+        state=state,
+        step=int(step) if isinstance(step, (int, float)) and math.isfinite(step) else None,
+        loss=smoothed_series(loss).last if len(loss) else None,
+        median_rate=median(snap.get("samples_per_s").ys),
+        val_acc=float(acc) if isinstance(acc, (int, float)) else None,
+    )
+
+
+def throughput_ratio(a: RunSummary, b: RunSummary) -> float | None:
+    """B's median samples/s over A's, or None when either is unknown."""
+    if a.median_rate is None or b.median_rate is None or a.median_rate <= 0:
+        return None
+    return b.median_rate / a.median_rate
+
+
+def acc_gap_points(a: RunSummary, b: RunSummary) -> float | None:
+    """B's val acc minus A's, in percentage points."""
+    if a.val_acc is None or b.val_acc is None:
+        return None
+    return 100 * (b.val_acc - a.val_acc)
+
+
+def comparison_text(a: RunSummary, b: RunSummary) -> str:
+    """`B/A samples/s ×1.32 · val acc B−A −0.10 pt` (content markup)."""
+    ratio = throughput_ratio(a, b)
+    gap = acc_gap_points(a, b)
+    ratio_text = DASH if ratio is None else f"×{ratio:.2f}"
+    if gap is None:
+        gap_text = f"{DASH} [$foreground-muted](after an evaluation of each)[/]"
+    else:
+        final = a.state != "running" and b.state != "running"
+        note = "" if final else " [$foreground-muted](not final)[/]"
+        gap_text = f"{gap:+.2f} pt{note}"
+    return (
+        f"[$foreground-muted]median samples/s[/] B/A [b]{ratio_text}[/b]   "
+        f"[$foreground-muted]val acc[/] B−A [b]{gap_text}[/b]"
+    )
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return DASH if value is None or not math.isfinite(value) else format(value, fmt)
+
+
+def table_text(rows: Sequence[tuple[Source, RunSummary]], width: int) -> str:
+    """The runs table as content markup, fitted to `width` columns (labels get the rest)."""
+    fixed = 4 + 1 + 9 + 1 + 10 + 1 + 7 + 1 + 9 + 1 + 7  # marker+name, status .. val acc
+    label_w = max(8, min(44, width - fixed - 1))
+    head = (
+        f"    {'run':<{label_w}} {'status':<9} {'step':>10} {'loss':>7} "
+        f"{'samples/s':>9} {'val acc':>7}"
+    )
+    lines = [f"[$foreground-muted]{escape(head)}[/]"]
+    for source, s in rows:
+        label = s.label if len(s.label) <= label_w else s.label[: label_w - 1] + "…"
+        style = STATE_STYLE.get(s.state, "$foreground")
+        step = DASH if s.step is None else f"{s.step:,}"
+        acc = DASH if s.val_acc is None else f"{100 * s.val_acc:.2f}%"
+        lines.append(
+            f"[b ${source.color}]■ {source.name}[/] {escape(f'{label:<{label_w}}')} "
+            f"[{style}]{s.state:<9}[/] {step:>10} {_num(s.loss, '.4f'):>7} "
+            f"{format_rate(s.median_rate):>9} {acc:>7}"
+        )
+    return "\n".join(lines)
+
+
+class OverlayChart(MetricChart):
+    """One metric of both runs on shared axes; redrawn only when a series, the size or the
+    theme changed (the store hands out the same Series object until that series changes)."""
+
+    def __init__(self, metric: str, title: str, *, smooth: bool, id: str) -> None:
+        super().__init__(id=id, classes="overlay")
+        self.metric, self.title, self.smooth = metric, title, smooth
+        self._key: tuple[object, ...] | None = None
+        self._data: tuple[object, ...] = ()
+
+    def series(self, snap: Snapshot) -> Series:
+        series = snap.get(self.metric)
+        return smoothed_series(series) if self.smooth and len(series) else series
+
+    def refresh_plot(self, sources: Sequence[Source], snaps: Sequence[Snapshot]) -> None:
+        if not self.display or not self.size.area:
+            return
+        data = tuple(x for snap in snaps for x in (snap.header, snap.series.get(self.metric)))
+        key = (self.size, self.app.theme)
+        if key == self._key and same_objects(data, self._data):
+            return
+        self._key, self._data = key, data
+        buckets = self.plot_columns()
+        lines = [
+            Line(*self.series(snap).decimate(buckets), color=source.color)
+            for source, snap in zip(sources, snaps, strict=True)
+        ]
+        self.draw(lines, yfmt=format_tick)
+        legend = " vs ".join(f"[${s.color}]{s.name}[/]" for s in sources)
+        self.border_title = f"{self.title} · {legend}"
+
+
+class CompareHelp(ModalScreen[None]):
+    """The keys and what each column means; escape, q or ? closes it."""
+
+    BINDINGS = [Binding("escape,q,question_mark", "close", "Close help")]
+
+    def __init__(self, keys: Sequence[Binding]) -> None:
+        super().__init__()
+        self.keys = list(keys)
+
+    def compose(self) -> ComposeResult:
+        rows = binding_rows(self.keys, self.app.get_key_display)
+        width = max((len(keys) for keys, _, _ in rows), default=0)
+        lines = [
+            f"[b $accent]{escape(k):<{width}}[/]  {escape(tip or name)}" for k, name, tip in rows
+        ]
+        with Vertical(id="help-dialog", classes="dialog") as dialog:
+            dialog.border_title = "tuitrain watch --compare · keys"
+            dialog.border_subtitle = "escape closes"
+            with VerticalScroll():
+                yield Static("\n".join(lines))
+                columns = COLUMNS.format(w=LOSS_SMOOTHING)
+                yield Static(f"[$foreground-muted]{escape(columns)}[/]", id="help-columns")
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class CompareApp(App[int]):
+    """Runs A and B: a table, B against A, and overlaid loss and throughput charts."""
+
+    CSS_PATH = "compare.tcss"
+    TITLE = "tuitrain watch --compare"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    BINDINGS = [
+        Binding("question_mark", "help", "Help", tooltip="These keys and what the columns mean"),
+        Binding("q", "quit", "Quit", tooltip="Close the viewer (the runs are not touched)"),
+        Binding("ctrl+q", "quit", "Quit", show=False, priority=True, tooltip="Close the viewer"),
+    ]
+
+    def __init__(self, sources: Sequence[Source]) -> None:
+        super().__init__()
+        if len(sources) != 2:
+            raise ValueError(f"compare takes two runs, got {len(sources)}")
+        self.sources = list(sources)
+        self.table = Static("", id="runs")
+        self.comparison = Static("", id="comparison")
+        self.charts = [
+            OverlayChart("loss", f"train loss, smoothed (EMA {LOSS_SMOOTHING})", smooth=True,
+                         id="loss-chart"),
+            OverlayChart("samples_per_s", "samples/s", smooth=False, id="rate-chart"),
+        ]  # fmt: skip
+        self._text: tuple[str, str] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield self.table
+        yield self.comparison
+        with Container(id="charts"):
+            yield from self.charts
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(TEXT_INTERVAL_S, self.poll_text)
+        self.set_interval(PLOT_INTERVAL_S, self.poll_plots)
+        self.call_after_refresh(self.poll_all)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.call_after_refresh(self.poll_all)
+
+    def snapshots(self) -> list[Snapshot]:
+        return [source.store.snapshot() for source in self.sources]
+
+    def summaries(self) -> list[RunSummary]:
+        return [
+            summarize(snap, s.path) for snap, s in zip(self.snapshots(), self.sources, strict=True)
+        ]
+
+    def poll_all(self) -> None:
+        self.poll_text()
+        self.poll_plots()
+
+    def poll_text(self) -> None:
+        a, b = self.summaries()
+        width = self.table.content_region.width or self.size.width
+        text = (table_text(list(zip(self.sources, (a, b), strict=True)), width),
+                comparison_text(a, b))  # fmt: skip
+        if text != self._text:
+            self._text = text
+            self.table.update(text[0])
+            self.comparison.update(text[1])
+
+    def poll_plots(self) -> None:
+        snaps = self.snapshots()
+        for chart in self.charts:
+            chart.refresh_plot(self.sources, snaps)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, CompareHelp):
+            self.push_screen(CompareHelp(self.BINDINGS))
