@@ -101,7 +101,7 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def without_nproc(argv: list[str]) -> list[str]:
-    """The command line for each rank: the same, minus --nproc (ranks run headless)."""
+    """The command line for each rank: the same, minus --nproc (rank 0 may draw the UI)."""
     out: list[str] = []
     skip = False
     for arg in argv:
@@ -111,7 +111,7 @@ def without_nproc(argv: list[str]) -> list[str]:
             skip = True
         elif not arg.startswith("--nproc="):
             out.append(arg)
-    return out if "--no-ui" in out else [*out, "--no-ui"]
+    return out
 
 
 def list_presets() -> int:
@@ -133,7 +133,15 @@ def run_ui(cfg: Config, overrides: list[str]) -> int:
     except ImportError as exc:  # the UI is optional at import time; headless always works
         print(f"tuitrain: the UI cannot start ({exc}); running headless.", file=sys.stderr)
         return run_headless(cfg)
+    if world_size() > 1:  # rank 0 of a torchrun job: the UI, and the job's process group
+        from tuitrain.launch import run_ui_rank0
+
+        return run_ui_rank0(cfg, overrides)
     return run_app(cfg, overrides)
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -159,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg, state = resume_config(args, overrides)
             return run_headless(cfg, resume=state)
         cfg = load_preset(args.preset or DEFAULT_PRESET, overrides)
-        if args.no_ui or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if args.no_ui or int(os.environ.get("RANK", "0")) > 0:  # other ranks never draw
             return run_headless(cfg)
         if not has_tty():
             print(

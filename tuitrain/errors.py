@@ -8,6 +8,7 @@ EXIT_USAGE = 2
 EXIT_PARITY_FAIL = 3
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
+EXIT_SIGHUP = 129
 
 
 class UserError(Exception):

@@ -1,39 +1,53 @@
 """Headless runs: one process, or one rank of a torchrun job; and `--nproc N` launching.
 
-Rank 0 alone prints, writes metrics.jsonl and checkpoints; other ranks are quiet and log
-to rank-N.log in the same run dir (rank 0 picks it and broadcasts it).
+Rank 0 alone prints (or draws the UI), writes metrics.jsonl and checkpoints; other ranks are
+quiet and log to rank-N.log in the same run dir (rank 0 picks it and broadcasts it).
+
+The ranks follow rank 0 from run to run (`serve_rank`): before a run rank 0 broadcasts its
+run dir (None: it could not start; everyone exits), after it the next run's config (a preset
+switch from rank 0's UI) or None (everyone exits).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuitrain import __version__
 from tuitrain.config import Config
-from tuitrain.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, UserError
+from tuitrain.errors import EXIT_FAILED, EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM, UserError
 
 if TYPE_CHECKING:
     from tuitrain.engine.control import Control
 
 
 def install_signal_handlers(control: Control) -> None:
-    """SIGINT/SIGTERM: finish the current step, write the end, exit 130/143."""
+    """SIGINT/SIGTERM/SIGHUP: finish the current step, write the end, exit 130/143/129.
+
+    SIGHUP is left alone when it is ignored (`nohup`): the run goes on after the SSH session.
+    """
+    names = {
+        signal.SIGINT: ("SIGINT", EXIT_SIGINT),
+        signal.SIGTERM: ("SIGTERM", EXIT_SIGTERM),
+        signal.SIGHUP: ("SIGHUP", EXIT_SIGHUP),
+    }
 
     def on_signal(signum: int, _frame: object) -> None:
-        name, code = (
-            ("SIGINT", EXIT_SIGINT) if signum == signal.SIGINT else ("SIGTERM", EXIT_SIGTERM)
-        )
+        name, code = names[signal.Signals(signum)]
         if control.stop_requested:  # a second Ctrl-C: leave now
             raise SystemExit(code)
         print(f"tuitrain: {name} received, stopping after the current step", file=sys.stderr)
         control.request_stop(f"stopped by {name}", exit_code=code)
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    for signum in names:
+        if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
+            continue
+        signal.signal(signum, on_signal)
 
 
 def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Config, dict[str, Any]]:
@@ -61,21 +75,71 @@ def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Confi
     return config_from_dict(raw, name=preset), state
 
 
-def run_headless(cfg: Config, resume: dict[str, Any] | None = None) -> int:
-    """Train without a UI; under torchrun (WORLD_SIZE > 1) as one rank of the job."""
+@contextlib.contextmanager
+def process_group(cfg: Config) -> Iterator[Any]:
+    """torchrun's rank info, inside an initialised process group (none for one process)."""
     from tuitrain.engine import distributed as ddp
 
     info = ddp.env_dist_info()
     if info.world_size == 1:
-        return _run_rank(cfg, resume, info)
+        yield info
+        return
     import torch
 
     wants_cuda = cfg.train.device in ("auto", "cuda") and torch.cuda.is_available()
     ddp.init_process_group(info, cfg.distributed.timeout_s, "cuda" if wants_cuda else "cpu")
     try:
-        return _run_rank(cfg, resume, info)
+        yield info
     finally:
         ddp.destroy_process_group()
+
+
+def run_headless(cfg: Config, resume: dict[str, Any] | None = None) -> int:
+    """Train without a UI; under torchrun (WORLD_SIZE > 1) as one rank of the job."""
+    from tuitrain.engine.distributed import broadcast_object, farewell
+
+    with process_group(cfg) as info:
+        if info.world_size == 1:
+            return _run_rank(cfg, resume, info)
+        if not info.is_main:
+            return serve_rank(cfg, resume, info)
+        code = _run_rank(cfg, resume, info)
+        broadcast_object(None, info)  # no next run: the other ranks exit
+        farewell(info)
+        return code
+
+
+def run_ui_rank0(cfg: Config, overrides: Sequence[str]) -> int:
+    """Rank 0 of a torchrun job with a terminal: the dashboard, its engine thread on rank 0."""
+    from tuitrain.ui.app import run_app
+
+    with process_group(cfg) as info:
+        return run_app(cfg, overrides, dist=info if info.world_size > 1 else None)
+
+
+class NoRun(Exception):
+    """Rank 0 could not start the run (it says why on its own output)."""
+
+
+def serve_rank(cfg: Config, resume: dict[str, Any] | None, info: Any) -> int:
+    """A rank other than 0: run what rank 0 runs, until rank 0 says there is no next run."""
+    from tuitrain.config import config_from_dict
+    from tuitrain.engine.distributed import broadcast_object, farewell
+
+    while True:
+        try:
+            code = _run_rank(cfg, resume, info)
+        except NoRun:
+            return EXIT_FAILED
+        try:
+            plan = broadcast_object(None, info)
+        except Exception as exc:  # noqa: BLE001 - rank 0 is gone; the run said what happened
+            print(f"tuitrain rank {info.rank}: lost rank 0 after the run: {exc}", file=sys.stderr)
+            return code or EXIT_FAILED
+        if plan is None:
+            farewell(info)
+            return code
+        cfg, resume = config_from_dict(plan["config"], name=plan["preset"]), None
 
 
 def _run_rank(cfg: Config, resume: dict[str, Any] | None, info: Any) -> int:
@@ -84,16 +148,26 @@ def _run_rank(cfg: Config, resume: dict[str, Any] | None, info: Any) -> int:
     from tuitrain.engine.rundir import prepare_run_dir, write_resolved_config
     from tuitrain.engine.trainer import run
     from tuitrain.metrics.sinks import ConsoleSink, FanOutSink, JsonlSink, Sink
+    from tuitrain.ui.terminal import native_stderr_to
 
     run_dir = None
     if info.is_main:
-        run_dir = prepare_run_dir(cfg)
-        write_resolved_config(run_dir, cfg)
-    run_dir = Path(broadcast_object(str(run_dir) if run_dir else None, info))
+        try:
+            run_dir = prepare_run_dir(cfg)
+            write_resolved_config(run_dir, cfg)
+        except BaseException:
+            broadcast_object(None, info)  # the other ranks exit instead of waiting
+            raise
+    sent = broadcast_object(str(run_dir) if run_dir else None, info)
+    if sent is None:
+        raise NoRun
+    run_dir = Path(sent)
     control = Control()
     install_signal_handlers(control)
     log_name = "train.log" if info.is_main else f"rank-{info.rank}.log"
-    with open(run_dir / log_name, "a", encoding="utf-8") as log:
+    # other ranks: native stderr (torch's warnings) too, so nothing scribbles over rank 0's UI
+    quiet = native_stderr_to(run_dir / log_name) if not info.is_main else contextlib.nullcontext()
+    with quiet, open(run_dir / log_name, "a", encoding="utf-8") as log:
         sink: Sink = ConsoleSink(log, log)
         if info.is_main:
             sink = FanOutSink(JsonlSink(run_dir / "metrics.jsonl"), ConsoleSink(), sink)
@@ -118,7 +192,7 @@ def launch_nproc(nproc: int, argv: list[str]) -> int:
         torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", "tuitrain", *argv])
     except ChildFailedError as exc:
         codes = [f.exitcode for f in exc.failures.values()]
-        for code in (EXIT_SIGTERM, EXIT_SIGINT, 2):
+        for code in (EXIT_SIGTERM, EXIT_SIGINT, EXIT_SIGHUP, 2):
             if code in codes:
                 return code
         return EXIT_FAILED

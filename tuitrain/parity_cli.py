@@ -26,7 +26,7 @@ from tuitrain.metrics.sinks import Sink
 
 if TYPE_CHECKING:
     from tuitrain.engine.control import Control
-    from tuitrain.engine.parity import ParityResult
+    from tuitrain.engine.parity_report import ParityResult
 
 EXIT_CODES_HELP = """exit codes:
   0    PASS: |fp32 - mixed| validation accuracy <= 0.5 point after the last epoch

@@ -67,13 +67,14 @@ def check_two_rank_run(run_dir: Path, steps: int) -> None:
 
 
 def test_nproc_flag_runs_ddp(tmp_path: Path) -> None:
+    """Without --no-ui: rank 0 decides on the UI, and without a terminal runs headless."""
     cmd = [
         sys.executable,
         "-m",
         "tuitrain",
         "--nproc",
         "2",
-        *SMALL,
+        *SMALL[1:],
         "--max-steps",
         "6",
         "--run-dir",
@@ -81,6 +82,7 @@ def test_nproc_flag_runs_ddp(tmp_path: Path) -> None:
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.count("no terminal") == 1  # rank 0 says it; rank 1 is quiet
     check_two_rank_run(tmp_path, 6)
 
 
@@ -169,3 +171,22 @@ def test_a_dead_rank_ends_the_job_within_the_timeout(tmp_path: Path) -> None:
     assert rank0.returncode not in (0, None)
     assert time.monotonic() - killed_at < 40
     assert "error:" in err
+
+
+def test_a_slow_rank_is_flagged_as_a_straggler(tmp_path: Path) -> None:
+    """Rank 1's forward sleeps 0.1 s: its own work per step (data wait + forward) is far
+    above the median, though lockstep makes both ranks' step times equal."""
+    slow = ["--set", 'model.name="tests.engine.models_for_tests:slow_on_rank_1"']
+    rank0, rank1 = start_ranks(tmp_path, "--max-steps", "8", *slow)
+    _, err0 = rank0.communicate(timeout=120)
+    _, err1 = rank1.communicate(timeout=120)
+    assert (rank0.returncode, rank1.returncode) == (0, 0), err0[-1500:] + err1[-1500:]
+    recs = records(tmp_path)
+    trains = [r for r in recs if r["type"] == "train"]
+    busy = trains[-1]["rank_busy_s"]
+    assert len(busy) == 2 and busy[1] > 0.1 > busy[0]
+    steps = trains[-1]["rank_step_time_s"]
+    assert abs(steps[0] - steps[1]) < 0.2 * max(steps)  # lockstep: equal step times
+    flagged = [r for r in recs if r.get("kind") == "straggler"]
+    assert len(flagged) == 1  # said once, not at every log point
+    assert flagged[0]["rank"] == 1 and flagged[0]["level"] == "warning"

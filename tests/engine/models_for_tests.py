@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import torch
 from torch import nn
 
@@ -78,3 +81,21 @@ class OOMAfter(nn.Module):
 
 def oom_model(num_classes: int) -> nn.Module:
     return OOMAfter(num_classes)
+
+
+class _SlowOnRank1(nn.Module):
+    """A tiny MLP whose training forward sleeps on rank 1 only: a straggler under DDP."""
+
+    def __init__(self, num_classes: int, delay_s: float) -> None:
+        super().__init__()
+        self.net = tiny_mlp(num_classes)
+        self.delay_s = delay_s if os.environ.get("RANK") == "1" else 0.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and self.delay_s:
+            time.sleep(self.delay_s)
+        return self.net(x)
+
+
+def slow_on_rank_1(num_classes: int) -> nn.Module:
+    return _SlowOnRank1(num_classes, delay_s=0.1)

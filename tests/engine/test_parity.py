@@ -26,17 +26,15 @@ import torch
 from tuitrain.config import Config, load_preset
 from tuitrain.engine import precision as precision_mod
 from tuitrain.engine.control import Control
-from tuitrain.engine.parity import (
+from tuitrain.engine.parity import parity, parity_configs, resolve_mixed
+from tuitrain.engine.parity_report import (
     EARLY_WARN_REL_DIFF,
     EpochRow,
     ParityResult,
     ParityStores,
     count_test_images,
     max_rel_diff,
-    parity,
-    parity_configs,
     parity_result_of,
-    resolve_mixed,
 )
 from tuitrain.engine.setup import DistInfo, build_parts
 from tuitrain.engine.trainer import run

@@ -8,7 +8,6 @@ a gradient all-reduce that the others have left. Metrics are gathered with one c
 from __future__ import annotations
 
 import os
-import statistics
 from datetime import timedelta
 from typing import Any
 
@@ -55,6 +54,13 @@ def broadcast_object(value: Any, info: DistInfo) -> Any:
     return box[0]
 
 
+def farewell(info: DistInfo) -> None:
+    """A last barrier before the process group goes: no rank closes its connections while
+    another still talks on them (gloo aborts the process on a peer closed mid-operation)."""
+    if info.world_size > 1 and dist.is_initialized():
+        dist.barrier()
+
+
 def agree_commands(control: Control, info: DistInfo, device: torch.device) -> dict[str, int]:
     """Every rank's pending requests, MAX-reduced: the same decision on every rank."""
     profile = control.take_profile_request()
@@ -72,12 +78,14 @@ def agree_commands(control: Control, info: DistInfo, device: torch.device) -> di
 
 
 def gather_metrics(record: dict[str, Any], info: DistInfo, device: torch.device) -> None:
-    """One all-gather: global samples/s (sum), mean loss, largest memory, each rank's step time."""
+    """One all-gather: global samples/s (sum), mean loss, largest memory, each rank's step
+    time and own work per step (data wait + forward, `rank_busy_s`: the straggler measure)."""
     if info.world_size == 1:
         record["rank_step_time_s"] = [record["step_time_s"]]
         return
     fields = ["samples_per_s", "loss", "step_time_s", "data_wait_frac", "host_rss_bytes",
-              "mem_peak_bytes", "mem_alloc_bytes", "mem_reserved_bytes"]  # fmt: skip
+              "mem_peak_bytes", "mem_alloc_bytes", "mem_reserved_bytes", "busy_s"]  # fmt: skip
+    record.setdefault("busy_s", None)
     values = [record[f] for f in fields]
     local = torch.tensor([float("nan") if v is None else float(v) for v in values], device=device)
     gathered = [torch.empty_like(local) for _ in range(info.world_size)]
@@ -93,13 +101,6 @@ def gather_metrics(record: dict[str, Any], info: DistInfo, device: torch.device)
     if record["loss"] is not None and not torch.isfinite(col["loss"]).all():
         record["loss"] = None  # any rank's NaN is everyone's NaN
     record["rank_step_time_s"] = [float(v) for v in col["step_time_s"]]
+    record["rank_busy_s"] = [float(v) for v in col["busy_s"]]  # data wait + forward per step
+    del record["busy_s"]
     record["step_time_s"] = float(col["step_time_s"].max())
-
-
-def straggler(step_times: list[float], factor: float = 1.2) -> int | None:
-    """The slowest rank when it is above `factor` x the median step time, else None."""
-    if len(step_times) < 2:
-        return None
-    median = statistics.median(step_times)
-    slowest = max(range(len(step_times)), key=step_times.__getitem__)
-    return slowest if step_times[slowest] > factor * median else None

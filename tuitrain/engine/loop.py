@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
 import time
 import warnings
 from pathlib import Path
@@ -22,7 +23,9 @@ from tuitrain.engine.control import Control
 from tuitrain.engine.device import synchronize
 from tuitrain.engine.meter import SCALE_FLOOR, IntervalMeter, data_wait_verdict
 from tuitrain.engine.profiling import StepProfiler
+from tuitrain.engine.ranktime import ForwardClock
 from tuitrain.engine.setup import DistInfo, RunParts
+from tuitrain.engine.verdicts import straggler
 from tuitrain.errors import TrainingError
 from tuitrain.metrics.sinks import Sink
 
@@ -53,6 +56,11 @@ class Trainer:
         self.dist, self.run_dir = dist, run_dir
         self.criterion = nn.CrossEntropyLoss()
         self.meter = IntervalMeter(parts.device, parts.precision, dist.world_size)
+        self.forward_clock: ForwardClock | None = None
+        if dist.world_size > 1:  # DDP: each rank's own forward time shows a straggler
+            self.forward_clock = self.meter.forward_clock = ForwardClock(parts.device)
+            if not parts.compiled:
+                self.forward_clock.attach(parts.model)
         self.profiler = StepProfiler(parts.device, run_dir)
         self.step = 0
         self.epoch = 0
@@ -65,6 +73,7 @@ class Trainer:
         self.val_acc: float | None = None
         self.val_loss: float | None = None
         self.throughputs: list[float] = []
+        self.straggler_rank: int | None = None
         # NaN checks need the loss on the host: free on CPU, a sync on CUDA, so there the
         # check runs at log points only.
         # Under DDP the check runs at log points on the all-reduced loss, so that every rank
@@ -85,7 +94,7 @@ class Trainer:
             # DDP: all-reduce the gradients only on the micro-batch that steps
             no_sync = p.ddp is not None and micro < accum - 1
             with p.ddp.no_sync() if no_sync else contextlib.nullcontext():  # type: ignore[union-attr]
-                with p.precision.autocast():
+                with p.precision.autocast(), self.time_compiled_forward():
                     logits = model(x)
                     loss = self.criterion(logits, y)
                 if self.check_every_step and not torch.isfinite(loss):
@@ -103,6 +112,13 @@ class Trainer:
         self.lr = p.scheduler.get_last_lr()[0]  # the rate this step used (a Python float)
         p.scheduler.step()
         self.meter.steps += 1
+
+    def time_compiled_forward(self) -> contextlib.AbstractContextManager[None]:
+        """Under DDP + compile the clock's hooks would break the graph: time the call."""
+        clock = self.forward_clock
+        if clock is None or clock.handles:
+            return contextlib.nullcontext()
+        return clock.timed()
 
     def nonfinite_loss(self, loss: torch.Tensor) -> TrainingError:
         return TrainingError(
@@ -211,6 +227,7 @@ class Trainer:
         self.diagnose(record)
 
     def diagnose(self, record: dict[str, Any]) -> None:
+        self.diagnose_straggler(record.get("rank_busy_s") or [])
         verdict, hint = data_wait_verdict(record["data_wait_frac"])
         if (
             verdict != "ok"
@@ -275,6 +292,27 @@ class Trainer:
         if not self.stop_wanted:
             self.sink.write(event(f"resumed at step {self.step}", kind="resume"))
         self.meter.restart_clock()  # paused time is not training time
+
+    def diagnose_straggler(self, busy: list[float]) -> None:
+        """Under DDP: say when a rank becomes a straggler (its own work per step, data wait +
+        forward, above 1.2x the median), once per episode: again only after it recovered or
+        another rank took over."""
+        slow = straggler(busy)
+        if slow is None or slow == self.straggler_rank:
+            self.straggler_rank = slow
+            return
+        self.straggler_rank = slow
+        median = statistics.median(busy)
+        self.sink.write(
+            event(
+                f"rank {slow} is a straggler: data + forward {1000 * busy[slow]:.1f} ms per "
+                f"step, {busy[slow] / median:.2f}x the median ({1000 * median:.1f} ms); "
+                "the other ranks wait for it in every gradient all-reduce",
+                level="warning",
+                kind="straggler",
+                rank=slow,
+            )
+        )
 
     # ---------------------------------------------------------------- evaluation
     def evaluate(self) -> None:

@@ -15,6 +15,7 @@ import torch
 
 from tuitrain.engine.device import synchronize
 from tuitrain.engine.precision import Precision
+from tuitrain.engine.ranktime import ForwardClock
 from tuitrain.engine.telemetry import Telemetry
 from tuitrain.engine.verdicts import SCALE_FLOOR, data_wait_verdict
 
@@ -32,6 +33,7 @@ class IntervalMeter:
         self.skipped_steps = 0
         self._skipped_dev = torch.zeros((), device=device, dtype=torch.int64)
         self._last_scale: float | None = None
+        self.forward_clock: ForwardClock | None = None  # DDP only: the straggler measure
         self.restart()
 
     def restart(self) -> None:
@@ -47,6 +49,8 @@ class IntervalMeter:
         self.samples = 0
         self.steps = 0
         self.data_wait_s = 0.0
+        if self.forward_clock is not None:
+            self.forward_clock.reset()
         self._t0 = time.perf_counter()
 
     def state_dict(self) -> dict[str, Any]:
@@ -102,6 +106,8 @@ class IntervalMeter:
             "skipped_steps": self.skipped_steps if self.precision.scaler is not None else None,
             "grad_norm": float(self.grad_norm.item()) if self.grad_norm is not None else None,
         }
+        if self.forward_clock is not None:  # this rank's own work per step, read after the sync
+            record["busy_s"] = (self.data_wait_s + self.forward_clock.read()) / max(self.steps, 1)
         self.last_loss = loss
         self.restart()
         return record

@@ -11,9 +11,12 @@ own exit code (1, or 2 for a preset/data error) when the last run failed and the
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from textual import events
 from textual.app import ComposeResult, SystemCommand
@@ -44,6 +47,9 @@ from tuitrain.ui.widgets.panel import Panel
 from tuitrain.ui.widgets.scaler import ScalerPanel
 from tuitrain.ui.widgets.status import StatusBar
 from tuitrain.ui.widgets.throughput import ThroughputPanel
+
+if TYPE_CHECKING:
+    from tuitrain.engine.setup import DistInfo
 
 TEXT_INTERVAL_S = 0.2  # text at 5 Hz
 PLOT_INTERVAL_S = 0.5  # plots at 2 Hz
@@ -112,7 +118,19 @@ class TuitrainApp(SessionApp):
             self.install_signal_handlers()
             if self.host.thread is None:
                 self.launch(self.host)
+        if not in_terminal_foreground():
+            self.set_interval(1.0, self.check_terminal_size)
         self.call_after_refresh(self.poll_all)
+
+    def check_terminal_size(self) -> None:
+        """Under torchrun this rank runs in its own session: the terminal's SIGWINCH goes to
+        the launcher, not here. Poll the size and raise the signal Textual's driver handles."""
+        try:
+            cols, rows = os.get_terminal_size(sys.__stdout__.fileno())  # type: ignore[union-attr]
+        except (OSError, AttributeError, ValueError):
+            return
+        if (cols, rows) != (self.size.width, self.size.height):
+            os.kill(os.getpid(), signal.SIGWINCH)
 
     def on_resize(self, event: events.Resize) -> None:
         """Narrow terminals: a compact footer without the palette hint, so q Quit fits."""
@@ -216,6 +234,9 @@ class TuitrainApp(SessionApp):
         self.request_quit()
 
     def action_toggle_pause(self) -> None:
+        if isinstance(self.screen, ParityScreen):
+            self.notify("the run stays paused during the parity check; escape closes it")
+            return
         host = self.live_host()
         if host is None or self.pending:
             return
@@ -278,14 +299,25 @@ class TuitrainApp(SessionApp):
             )
 
 
-def run_app(cfg: Config, overrides: Sequence[str]) -> int:
+def in_terminal_foreground() -> bool:
+    """True when this process is in the terminal's foreground process group (and so gets
+    its SIGWINCH); False under torchrun, whose workers start in sessions of their own."""
+    try:
+        return os.tcgetpgrp(sys.__stdin__.fileno()) == os.getpgrp()  # type: ignore[union-attr]
+    except (OSError, AttributeError, ValueError):
+        return not (sys.__stdin__ and sys.__stdin__.isatty())  # no terminal: nothing to poll
+
+
+def run_app(cfg: Config, overrides: Sequence[str], dist: DistInfo | None = None) -> int:
     """Run the dashboard over `cfg` until the user quits; no engine thread outlives it.
 
     Native stderr (torch's C++ warnings, profiler logs) goes to the first run dir's
-    native-stderr.log while the app draws, so it cannot scribble over the screen.
+    native-stderr.log while the app draws, so it cannot scribble over the screen. Under
+    torchrun (`dist`, rank 0) the engine thread runs rank 0's part of the job and tells the
+    other ranks what to do next (see `EngineHost`).
     """
     run_dir = prepare_run_dir(cfg)
-    host = EngineHost(cfg, MetricStore(), run_dir=run_dir)
+    host = EngineHost(cfg, MetricStore(), run_dir=run_dir, dist=dist)
     code: int | None = None
     with native_stderr_to(run_dir / "native-stderr.log"):
         app = TuitrainApp(host=host, overrides=overrides)

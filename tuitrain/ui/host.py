@@ -5,6 +5,11 @@ wires the sinks, owns the `Control` the UI steers the run with, and runs the eng
 `threading.Thread` it keeps a handle on, so whoever stops a run can `join()` the real thread
 (a Textual worker's `wait()` returns before its thread ends). When the run ends the host calls
 `on_end(host)` from the engine thread; the app turns that into a posted message.
+
+Under torchrun the host runs rank 0's engine and speaks for the other ranks (see
+`tuitrain.launch.serve_rank`): it broadcasts the run dir before the run and, after it, what
+the ranks do next: the next preset's config (a switch from the UI) or None (they exit).
+torch is imported in the engine thread, not here, so the first frame does not wait for it.
 """
 
 from __future__ import annotations
@@ -16,15 +21,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuitrain.config import Config
 from tuitrain.engine.control import Control
 from tuitrain.engine.rundir import prepare_run_dir, write_resolved_config
-from tuitrain.engine.trainer import RunResult, run
 from tuitrain.errors import EXIT_FAILED
 from tuitrain.metrics.sinks import ConsoleSink, FanOutSink, JsonlSink, Sink
 from tuitrain.metrics.store import MetricStore
+
+if TYPE_CHECKING:
+    from tuitrain.engine.setup import DistInfo
+    from tuitrain.engine.trainer import RunResult
 
 Record = Mapping[str, Any]
 
@@ -112,8 +120,10 @@ class EngineHost:
         run_dir: Path | None = None,
         notes: Sequence[Record] = (),
         on_end: Callable[[EngineHost], None] | None = None,
+        dist: DistInfo | None = None,
     ) -> None:
         self.cfg = cfg
+        self.dist = dist if dist is not None and dist.world_size > 1 else None
         self.store = store
         self.control = Control()
         self.requested_run_dir = run_dir
@@ -124,6 +134,11 @@ class EngineHost:
         self.thread: threading.Thread | None = None
         self.started_at: float | None = None
         self.ended = threading.Event()
+        # DDP: what the other ranks are told when this run ends (guarded by _peers_lock)
+        self._peers_lock = threading.Lock()
+        self._successor: Config | None = None
+        self.peers_released = False  # True once told to exit: no later run can use them
+        self._run_dir_sent = False
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -152,12 +167,52 @@ class EngineHost:
         self.thread.join(timeout)
         return not self.thread.is_alive()
 
+    # -- DDP: the other ranks follow this host ------------------------------------------
+    @property
+    def distributed(self) -> bool:
+        return self.dist is not None
+
+    def set_successor(self, cfg: Config) -> bool:
+        """Have the other ranks run `cfg` after this run; False when they were already
+        released (this run ended and told them to exit), so no new DDP run can start."""
+        with self._peers_lock:
+            if self.peers_released:
+                return False
+            self._successor = cfg
+            return True
+
+    def can_follow(self) -> bool:
+        """True when a next run can start: one process, or the other ranks still wait."""
+        return self.dist is None or (self.ended.is_set() and not self.peers_released)
+
+    def _tell_peers(self) -> None:
+        """Broadcast the next run's config (a switch) or None (exit) to the other ranks."""
+        from tuitrain.engine.distributed import broadcast_object, farewell
+
+        with self._peers_lock:
+            cfg = self._successor
+            self.peers_released = cfg is None
+            plan = None if cfg is None else {"preset": cfg.name, "config": cfg.to_dict()}
+            broadcast_object(plan, self.dist)
+            if plan is None:
+                farewell(self.dist)
+
+    def _send_run_dir(self, run_dir: Path | None) -> None:
+        from tuitrain.engine.distributed import broadcast_object
+
+        self._run_dir_sent = True
+        broadcast_object(None if run_dir is None else str(run_dir), self.dist)
+
     # -- the engine thread ---------------------------------------------------------------
     def _main(self) -> None:
         try:
             self.result = self._run()
         except BaseException as exc:  # noqa: BLE001 - e.g. an unwritable run dir
             self.result = self._setup_failed(exc)
+            if self.dist is not None and not self._run_dir_sent:
+                with contextlib.suppress(Exception):  # no run dir: the other ranks exit
+                    self.peers_released = True
+                    self._send_run_dir(None)
         finally:
             self.ended.set()
             if self.on_end is not None:
@@ -165,9 +220,13 @@ class EngineHost:
                     self.on_end(self)
 
     def _run(self) -> RunResult:
+        from tuitrain.engine.trainer import run  # imports torch: in this thread, not the UI's
+
         run_dir = prepare_run_dir(self.cfg, self.requested_run_dir)
         write_resolved_config(run_dir, self.cfg)
         self.run_dir = run_dir
+        if self.dist is not None:
+            self._send_run_dir(run_dir)
         with open(run_dir / "train.log", "a", encoding="utf-8") as log:
             sinks = FanOutSink(
                 TimelineStoreSink(self.store),
@@ -176,15 +235,23 @@ class EngineHost:
             )
             sink = _NotesAfterFirst(sinks, self.notes)
             try:
-                result = run(self.cfg, sink, self.control, run_dir=run_dir)
+                result = run(self.cfg, sink, self.control, run_dir=run_dir, dist=self.dist)
                 if result.traceback:
                     log.write(result.traceback)
             finally:
                 sink.close()
+            if self.dist is not None:
+                try:
+                    self._tell_peers()
+                except Exception as exc:  # noqa: BLE001 - a lost rank: the run already said so
+                    self.peers_released = True
+                    log.write(f"could not tell the other ranks what comes next: {exc}\n")
         return result
 
     def _setup_failed(self, exc: BaseException) -> RunResult:
         """The run could not even start (run dir, sinks): show it like an engine failure."""
+        from tuitrain.engine.trainer import RunResult
+
         message = str(exc) or type(exc).__name__
         code = getattr(exc, "exit_code", EXIT_FAILED)
         sink = TimelineStoreSink(self.store)

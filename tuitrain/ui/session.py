@@ -17,13 +17,16 @@ from textual.app import App
 from textual.message import Message
 
 from tuitrain.config import Config, load_preset
-from tuitrain.errors import EXIT_SIGTERM, UserError
+from tuitrain.errors import EXIT_SIGHUP, EXIT_SIGTERM, UserError
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.host import EngineHost, sibling_run_dir, ui_event
 from tuitrain.ui.view import host_memory_bytes
 
 NEEDS_ENGINE = "this key steers a live run; the app is only watching records"
-EXIT_SIGHUP = 129
+PEERS_GONE = (
+    "the other ranks exited when this DDP run ended, so preset {name} cannot start here; "
+    "start a new job: tuitrain --nproc N --preset {name}"
+)
 STOP_SIGNALS = {signal.SIGTERM: ("SIGTERM", EXIT_SIGTERM), signal.SIGHUP: ("SIGHUP", EXIT_SIGHUP)}
 
 
@@ -76,7 +79,11 @@ class SessionApp(App[int]):
         if self.pending == "quit":
             self.exit(self.exit_code())
         elif self.pending == "switch" and self.pending_cfg is not None:
-            self.start_preset(self.pending_cfg, previous=host)
+            if host.can_follow():
+                self.start_preset(self.pending_cfg, previous=host)
+            else:  # the run ended on its own just before the switch reached the other ranks
+                name, self.pending, self.pending_cfg = self.pending_cfg.name, None, None
+                self.notify(PEERS_GONE.format(name=name), severity="warning", timeout=10)
         elif host.result is not None:
             result = host.result
             severity = "error" if result.status == "failed" else "information"
@@ -103,7 +110,8 @@ class SessionApp(App[int]):
             run_dir = sibling_run_dir(previous.run_dir, cfg.name)
         self.store.reset()
         self.reset_view()
-        self.launch(EngineHost(cfg, self.store, run_dir=run_dir, notes=notes))
+        dist = previous.dist if previous is not None else None
+        self.launch(EngineHost(cfg, self.store, run_dir=run_dir, notes=notes, dist=dist))
         self.notify(f"started preset {cfg.name}", timeout=3)
         self.refresh_view()
 
@@ -121,6 +129,9 @@ class SessionApp(App[int]):
             self.notify(str(exc), title="cannot switch preset", severity="error", timeout=8)
             return
         host = self.host
+        if host is not None and host.distributed and not host.set_successor(cfg):
+            self.notify(PEERS_GONE.format(name=name), severity="warning", timeout=10)
+            return
         if host is not None and host.alive:
             self.pending, self.pending_cfg = "switch", cfg
             host.request_stop(f"switching to preset {name}")

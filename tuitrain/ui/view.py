@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuitrain.engine.verdicts import data_wait_verdict as engine_data_wait_verdict
+from tuitrain.engine.verdicts import straggler
 from tuitrain.metrics.format import DASH
 from tuitrain.metrics.store import Series, Snapshot
 
@@ -272,3 +273,63 @@ class Frame:
     live: bool = False  # a run is hosted by this process (not watching records)
     host_memory: int | None = None  # physical memory of this machine, live CPU runs only
     elapsed_s: float | None = None  # wall time since the live run started
+
+
+# ------------------------------------------------------------------------------ DDP ranks
+MAX_RANK_ROWS = 4  # more ranks: the slowest ones, then a count of the rest
+
+
+@dataclass(frozen=True, slots=True)
+class RankRow:
+    rank: int
+    step_time_s: float | None
+    busy_s: float  # data wait + forward per step: what the rank does on its own
+    vs_median: float  # busy_s / the median rank's
+    straggler: bool
+
+
+def rank_rows(latest: Record | None) -> tuple[list[RankRow], int]:
+    """Each rank at the last log point (DDP only): the rows to show, slowest first when
+    there are more than MAX_RANK_ROWS, and how many ranks were left out.
+
+    Ranks run in lockstep, so their step times are equal; their own work (data wait +
+    forward, `rank_busy_s`) is what shows a straggler.
+    """
+    latest = latest or {}
+    busy = list(latest.get("rank_busy_s") or [])
+    steps = list(latest.get("rank_step_time_s") or [])
+    if len(busy) < 2:
+        return [], 0
+    mid = median(busy) or 0.0
+    slow = straggler(busy)
+    rows = [
+        RankRow(
+            r,
+            steps[r] if r < len(steps) else None,
+            t,
+            t / mid if mid > 0 else math.nan,
+            r == slow,
+        )
+        for r, t in enumerate(busy)
+    ]
+    if len(rows) <= MAX_RANK_ROWS:
+        return rows, 0
+    shown = sorted(rows, key=lambda row: -row.busy_s)[: MAX_RANK_ROWS - 1]
+    return shown, len(rows) - len(shown)
+
+
+def rank_table(latest: Record | None) -> str:
+    """Content markup: a per-rank table with the straggler flagged ('' for one process)."""
+    rows, rest = rank_rows(latest)
+    if not rows:
+        return ""
+    lines = ["[b]rank       step  data+fwd  ×median[/b]"]
+    for row in rows:
+        flag = " [$warning]⚠ straggler[/]" if row.straggler else ""
+        lines.append(
+            f"{row.rank:>4}  {format_seconds(row.step_time_s):>9}  "
+            f"{format_seconds(row.busy_s):>8}  {row.vs_median:>7.2f}{flag}"
+        )
+    if rest:
+        lines.append(f"[dim]… {rest} more ranks, all faster[/dim]")
+    return "\n".join(lines)

@@ -26,7 +26,12 @@ from textual.widgets import Static
 
 from tuitrain.config import Config
 from tuitrain.engine.control import Control
-from tuitrain.engine.parity import EARLY_STEPS, THRESHOLD_POINTS, ParityResult, ParityStores
+from tuitrain.engine.parity_report import (
+    EARLY_STEPS,
+    THRESHOLD_POINTS,
+    ParityResult,
+    ParityStores,
+)
 from tuitrain.metrics.store import Snapshot
 from tuitrain.ui.widgets.chart import Line, MetricChart
 
@@ -122,7 +127,7 @@ class ParityScreen(ModalScreen[None]):
         self.thread.start()
 
     def _check(self) -> None:
-        from tuitrain.engine.parity import parity  # torch is already loaded by the app
+        from tuitrain.engine.parity import parity  # imports torch: in the check's thread
 
         assert self.cfg is not None
         run_dir = self.run_dir

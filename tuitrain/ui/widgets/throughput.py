@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tuitrain.metrics.store import Series, Snapshot
-from tuitrain.ui.view import Frame, format_rate, format_seconds, mean
+from tuitrain.ui.view import Frame, format_rate, format_seconds, mean, rank_table
 from tuitrain.ui.widgets.chart import Line
 from tuitrain.ui.widgets.panel import Panel
 
 
 class ThroughputPanel(Panel):
-    """Global samples/s (all ranks) as the engine measures it between log points."""
+    """Global samples/s (all ranks) as the engine measures it between log points; under DDP
+    a per-rank step-time table with the straggler flagged."""
 
     TITLE = "Throughput · samples/s"
     SERIES = ("samples_per_s",)
@@ -22,11 +23,13 @@ class ThroughputPanel(Panel):
         step_time = snap.get("step_time_s").last
         batch = (snap.header or {}).get("global_batch")
         batch_text = f" · {batch} samples/step" if batch else ""
-        return (
+        text = (
             f"[$success]now[/] [b]{format_rate(rate.last)}[/b]/s  "
             f"mean {format_rate(mean(rate.ys))}/s\n"
             f"step {format_seconds(step_time)}{batch_text}"
         )
+        ranks = rank_table(snap.latest)
+        return f"{text}\n{ranks}" if ranks else text
 
     def lines(self, snap: Snapshot, buckets: int) -> Sequence[Line]:
         return (Line(*snap.get("samples_per_s").decimate(buckets), color="success"),)
