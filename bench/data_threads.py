@@ -2,17 +2,18 @@
 
     python bench/data_threads.py --batches 40 --repeats 3 --hogs 2
 
-On the CPU a batch of the device path (`DeviceSource.batches`: index_select of images and
-labels, uint8 -> float32, mul_, add_) is four small intra-op-parallel ops. With every core
+On the CPU the device path used to build a batch with torch ops (index_select of images and
+labels, uint8 -> float32, mul_, add_): four small intra-op-parallel ops. With every core
 busy (another process, the UI thread, a test suite) each parallel region waits for a worker
 thread to be scheduled, so the build costs milliseconds instead of microseconds, and it is
-all counted as data wait. This compares, in interleaved blocks, the batch build as the
-engine does it against the same build inside a one-thread scope
-(`torch.set_num_threads(1)`, restored right after) and against a float32 store normalised
-once (one index_select per batch), with a real training step (the seeds'
-CNN, AdamW) between builds, idle and with --hogs other torch processes (2-thread matmuls)
-competing for the cores: a stand-in for a shared machine. Prints ms per batch and the
-build's share of the wall time (what the engine reports as data wait).
+all counted as data wait. The engine now gathers with numpy on the calling thread through a
+256-entry lookup table (`DeviceSource.cpu_batches`). This compares, in interleaved blocks,
+the engine's build (`as_engine`) against the former torch build (`torch_ops`), the torch
+build inside a one-thread scope (`torch.set_num_threads(1)`, restored right after) and a
+float32 store normalised once (one torch index_select per batch), with a real training step
+(the seeds' CNN, AdamW) between builds, idle and with --hogs other torch processes (2-thread
+matmuls) competing for the cores: a stand-in for a shared machine. Prints ms per batch and
+the build's share of the wall time (what the engine reports as data wait).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch
 from _common import emit, machine, spread
 
 from tuitrain.config import load_preset
-from tuitrain.engine.data import FASHION_MEAN, FASHION_STD, build_data
+from tuitrain.engine.data import FASHION_MEAN, FASHION_STD, build_data, normalise
 from tuitrain.engine.models import FashionCNN
 
 
@@ -78,6 +79,13 @@ def main() -> None:
     def make() -> Iterator[Any]:
         return iter(source.batches(0))
 
+    def make_torch() -> Iterator[Any]:  # the build before DeviceSource.cpu_batches
+        order = source.indices(0)
+        for b in range(len(source)):
+            idx = order[b * 256 : (b + 1) * 256]
+            x = normalise(source._images.index_select(0, idx), FASHION_MEAN, FASHION_STD, False)
+            yield x, source._labels.index_select(0, idx)
+
     # the alternative store: the split normalised once to float32 (4x the bytes), so a batch
     # is a single index_select (the labels' one is below the intra-op grain size)
     images = source._images.float().mul_(1 / (255 * FASHION_STD)).add_(-FASHION_MEAN / FASHION_STD)
@@ -106,7 +114,8 @@ def main() -> None:
         try:
             modes = [
                 ("as_engine", make, False),
-                ("one_thread_scope", make, True),
+                ("torch_ops", make_torch, False),
+                ("torch_ops_one_thread_scope", make_torch, True),
                 ("float32_store", make_float, False),
             ]
             for r in range(args.repeats):

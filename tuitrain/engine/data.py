@@ -2,11 +2,13 @@
 
 Two ways to make batches:
 
-* the device path (`data.loader = "device"`): the whole split sits on the device as uint8
-  and a batch is one `index_select` plus a fused normalise. No worker processes, no per-sample
-  Python, no host sync; for a 28×28 data set this is far faster than any DataLoader.
+* the device path (`data.loader = "device"`, this module): the whole split sits on the
+  device as uint8 and a batch is one `index_select` plus a fused normalise (on the CPU: two
+  numpy gathers, see `DeviceSource.cpu_batches`). No worker processes, no per-sample Python,
+  no host sync; for a 28×28 data set this is far faster than any DataLoader.
 * the DataLoader path (`data.loader = "dataloader"`, and always for user datasets): a torch
-  `DataLoader` with pinned memory, persistent workers and non-blocking copies.
+  `DataLoader` with pinned memory, persistent workers and non-blocking copies
+  (`tuitrain.engine.loader`).
 
 Either way the batch order depends only on (seed, epoch), and `batches(epoch, start)` skips
 the first `start` batches without loading them, so a resumed run continues exactly.
@@ -16,16 +18,15 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, Subset, TensorDataset
+from torch.utils.data import TensorDataset
 
 from tuitrain.config import DataConfig
-from tuitrain.engine.factory import load_factory
 from tuitrain.engine.idx import Log, locate_fashion_mnist, read_split
 from tuitrain.errors import UserError
 
@@ -62,7 +63,7 @@ class DataBundle:
 
 
 @dataclass(frozen=True)
-class _Context:
+class SourceContext:
     """The arguments of build_data that every source needs."""
 
     cfg: DataConfig
@@ -91,7 +92,7 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=generator)
 
 
-def _normalise(x: torch.Tensor, mean: float, std: float, channels_last: bool) -> torch.Tensor:
+def normalise(x: torch.Tensor, mean: float, std: float, channels_last: bool) -> torch.Tensor:
     """uint8 -> float32 ((x/255 - mean) / std) as two in-place ops on the device."""
     x = x.to(torch.float32).mul_(1.0 / (255.0 * std)).add_(-mean / std)
     if channels_last and x.ndim == 4:
@@ -99,7 +100,7 @@ def _normalise(x: torch.Tensor, mean: float, std: float, channels_last: bool) ->
     return x
 
 
-def _check_labels(labels: torch.Tensor, num_classes: int, split: str, name: str) -> None:
+def check_labels(labels: torch.Tensor, num_classes: int, split: str, name: str) -> None:
     """Raise on labels outside [0, num_classes) while they are still on the CPU.
 
     On the device an out-of-range label is a device-side assert that kills the process
@@ -118,11 +119,11 @@ def _check_labels(labels: torch.Tensor, num_classes: int, split: str, name: str)
         )
 
 
-def _limit(n: int, wanted: int) -> int:
+def limit_samples(n: int, wanted: int) -> int:
     return wanted if 0 < wanted < n else n
 
 
-def _train_batches(per_rank: int, ctx: _Context, name: str) -> int:
+def train_batch_count(per_rank: int, ctx: SourceContext, name: str) -> int:
     """Train batches per rank; zero would make an epoch silently empty, so refuse it."""
     batches = per_rank // ctx.cfg.batch_size
     if batches == 0:
@@ -144,7 +145,7 @@ class DeviceSource:
     """
 
     def __init__(
-        self, images: torch.Tensor, labels: torch.Tensor, ctx: _Context, *, train: bool,
+        self, images: torch.Tensor, labels: torch.Tensor, ctx: SourceContext, *, train: bool,
         mean: float, std: float, name: str,
     ) -> None:  # fmt: skip
         self._images, self._labels, self._ctx = images, labels, ctx
@@ -154,7 +155,7 @@ class DeviceSource:
         self._bs = ctx.batch_size(train)
         if train:
             self._per_rank = self._n // ctx.world_size
-            self._batches = _train_batches(self._per_rank, ctx, name)
+            self._batches = train_batch_count(self._per_rank, ctx, name)
             self.num_samples = self._batches * self._bs
         else:  # every rank evaluates the whole val set: simpler, and exact
             self._batches = math.ceil(self._n / self._bs)
@@ -173,8 +174,11 @@ class DeviceSource:
         return shard[: self.num_samples]
 
     def batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
-        order = self.indices(epoch)
         device = self._ctx.device
+        if device.type == "cpu":
+            yield from self.cpu_batches(epoch, start)
+            return
+        order = self.indices(epoch)
         if device.type == "cuda":
             order = order.pin_memory()  # so the one copy per epoch does not block the host
         order = order.to(device, non_blocking=True)
@@ -183,173 +187,34 @@ class DeviceSource:
             image_idx = idx.remainder(self._pool) if self._pool < self._n else idx
             x = self._images.index_select(0, image_idx)
             y = self._labels.index_select(0, idx)
-            yield _normalise(x, self._mean, self._std, self._ctx.channels_last), y
+            yield normalise(x, self._mean, self._std, self._ctx.channels_last), y
 
+    def cpu_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
+        """On the CPU: two numpy gathers on this thread, the second through a lookup table.
 
-# --------------------------------------------------------------------------- DataLoader path
-
-
-class _EpochSampler(Sampler[int]):
-    """The index list of one epoch minus the skipped prefix; set before each iter(loader).
-
-    Slicing the index list is what makes `start` cheap: skipped samples are never loaded.
-    The DataLoader keeps this same sampler object, so its persistent workers live on.
-    """
-
-    def __init__(self, n: int, order: Callable[[int], list[int]] | None = None) -> None:
-        self._n, self._order = n, order  # no order: the fixed 0..n-1 (val)
-        self._indices: list[int] = []
-
-    def set_epoch(self, epoch: int, skip: int) -> None:
-        self._indices = self.full_order(epoch)[skip:]
-
-    def full_order(self, epoch: int) -> list[int]:
-        return self._order(epoch) if self._order else list(range(self._n))
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._indices)
-
-    def __len__(self) -> int:
-        return len(self._indices)
-
-
-class LoaderSource:
-    """A split behind a torch DataLoader; batches are checked on the CPU, then copied."""
-
-    def __init__(
-        self, dataset: Dataset, ctx: _Context, *, train: bool, mean: float, std: float,
-        name: str,
-    ) -> None:  # fmt: skip
-        self._ctx, self._mean, self._std, self._name = ctx, mean, std, name
-        self._split = "train" if train else "val"
-        self._bs = ctx.batch_size(train)
-        n = len(dataset)  # type: ignore[arg-type]
-        self.dataset_size = n  # the whole split, before sharding
-        if train:
-            order, per_rank = self._train_order(dataset, n, ctx)
-            self._batches = _train_batches(per_rank, ctx, name)
-            self.num_samples = self._batches * self._bs
-            self._sampler = _EpochSampler(n, order)
-        else:  # val: a fixed order, not sharded (every rank evaluates all of it)
-            self._batches = math.ceil(n / self._bs)
-            self.num_samples = n
-            self._sampler = _EpochSampler(n)
-        self._loader = DataLoader(dataset, sampler=self._sampler, drop_last=train, **self._kwargs())
-
-    @staticmethod
-    def _train_order(
-        dataset: Dataset, n: int, ctx: _Context
-    ) -> tuple[Callable[[int], list[int]], int]:
-        if ctx.world_size == 1:
-            # the same permutation as the device path, so both paths see the same batches
-            return (lambda epoch: epoch_permutation(n, ctx.seed, epoch).tolist()), n
-        sampler = DistributedSampler(
-            dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True,
-            seed=ctx.seed, drop_last=True,
-        )  # fmt: skip
-
-        def order(epoch: int) -> list[int]:
-            sampler.set_epoch(epoch)
-            return list(sampler)
-
-        return order, len(sampler)
-
-    def _kwargs(self) -> dict[str, Any]:
-        cfg = self._ctx.cfg
-        kwargs: dict[str, Any] = {
-            "batch_size": self._bs,
-            "num_workers": cfg.num_workers,
-            "pin_memory": cfg.pin_memory and self._ctx.device.type == "cuda",
-            # worker seeds come from this generator, not the global RNG, so making an
-            # iterator never perturbs the model's dropout / init random stream
-            "generator": torch.Generator().manual_seed(mix_seed(self._ctx.seed, "workers")),
-        }
-        if cfg.num_workers > 0:
-            kwargs["persistent_workers"] = cfg.persistent_workers
-            kwargs["prefetch_factor"] = cfg.prefetch_factor
-        return kwargs
-
-    def __len__(self) -> int:
-        return self._batches
-
-    def indices(self, epoch: int) -> torch.Tensor:
-        """This rank's sample order for `epoch` (CPU, int64), cut to whole batches."""
-        order = self._sampler.full_order(epoch)
-        return torch.tensor(order[: self._batches * self._bs], dtype=torch.int64)
-
-    def batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
-        self._sampler.set_epoch(epoch, start * self._bs)
-        device = self._ctx.device
-        for x, y in self._loader:
-            y = torch.as_tensor(y)
-            _check_labels(y, self._ctx.cfg.num_classes, self._split, self._name)  # CPU, no sync
-            x = x.to(device, non_blocking=True)
-            y = y.reshape(len(y)).to(device, non_blocking=True).long()
-            yield self._as_float(x), y
-
-    def _as_float(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.uint8:
-            return _normalise(x, self._mean, self._std, self._ctx.channels_last)
-        if not x.dtype.is_floating_point:
-            raise UserError(f"inputs of {self._name} must be float or uint8, not {x.dtype}.")
-        x = x.to(torch.float32)
-        if self._ctx.channels_last and x.ndim == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return x
+        torch's index_select, uint8 -> float32, mul_ and add_ are each an intra-op parallel
+        region; when other processes hold the cores every region waits for a descheduled
+        worker thread: milliseconds per batch instead of 0.1 ms (BENCHMARKS.md, item 1), all
+        of it data wait. numpy's `take` runs on the calling thread only. The table holds
+        `normalise` of each of the 256 byte values, so the batches are bitwise the same.
+        """
+        order = self.indices(epoch).numpy()
+        images, labels = self._images.numpy(), self._labels.numpy()
+        table = normalise(torch.arange(256, dtype=torch.uint8), self._mean, self._std, False)
+        table_np = table.numpy()
+        for b in range(start, self._batches):
+            idx = order[b * self._bs : (b + 1) * self._bs]
+            image_idx = idx % self._pool if self._pool < self._n else idx
+            x = torch.from_numpy(table_np.take(images.take(image_idx, axis=0)))
+            if self._ctx.channels_last and x.ndim == 4:
+                x = x.contiguous(memory_format=torch.channels_last)
+            yield x, torch.from_numpy(labels.take(idx))
 
 
 # --------------------------------------------------------------------------- data sets
 
 
-def _user_dataset(cfg: DataConfig, split: str) -> Dataset:
-    factory = load_factory(cfg.name, "data.name")
-    try:
-        dataset = factory(split=split)
-    except UserError:
-        raise
-    except Exception as exc:
-        raise UserError(
-            f"data.name = {cfg.name!r}: {cfg.name}(split={split!r}) raised"
-            f" {type(exc).__name__}: {exc}"
-        ) from exc
-    if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
-        raise UserError(
-            f"{cfg.name}(split={split!r}) returned a {type(dataset).__name__}; it must return a"
-            " map-style torch Dataset (with __len__ and __getitem__)."
-        )
-    n = len(dataset)
-    if n == 0:
-        raise UserError(f"{cfg.name}(split={split!r}) returned an empty dataset.")
-    limit = _limit(n, cfg.train_samples if split == "train" else cfg.val_samples)
-    return Subset(dataset, range(limit)) if limit < n else dataset
-
-
-def _input_shape(dataset: Dataset, name: str) -> tuple[int, ...]:
-    """The shape of one input, checking the item structure once with a clear message."""
-    item = dataset[0]
-    if not (isinstance(item, (tuple, list)) and len(item) == 2):
-        raise UserError(f"items of {name} must be (x, y) pairs, not {type(item).__name__}.")
-    if not isinstance(item[0], torch.Tensor):
-        raise UserError(f"x in the items of {name} is a {type(item[0]).__name__}, not a Tensor.")
-    return tuple(item[0].shape)
-
-
-def _user_bundle(ctx: _Context) -> DataBundle:
-    cfg = ctx.cfg
-    datasets = {split: _user_dataset(cfg, split) for split in SPLITS}
-    shape = _input_shape(datasets["train"], cfg.name)
-    # x: float already, or uint8 which is only scaled by 1/255 (mean 0, std 1)
-    sources = {
-        split: LoaderSource(ds, ctx, train=split == "train", mean=0.0, std=1.0, name=cfg.name)
-        for split, ds in datasets.items()
-    }
-    counts = _counts(sources)
-    return DataBundle(
-        sources["train"], sources["val"], cfg.num_classes, shape, f"{cfg.name} ({counts})"
-    )
-
-
-def _fashion_bundle(ctx: _Context, log: Log | None) -> DataBundle:
+def _fashion_bundle(ctx: SourceContext, log: Log | None) -> DataBundle:
     cfg = ctx.cfg
     if cfg.name == "fashion_mini":
         folder, where = MINI_DIR, "mini subset shipped with tuitrain"
@@ -360,9 +225,9 @@ def _fashion_bundle(ctx: _Context, log: Log | None) -> DataBundle:
     sources: dict[str, BatchSource] = {}
     for split in SPLITS:
         images, labels = read_split(folder, split)
-        n = _limit(len(labels), cfg.train_samples if split == "train" else cfg.val_samples)
+        n = limit_samples(len(labels), cfg.train_samples if split == "train" else cfg.val_samples)
         images, labels = images[:n].unsqueeze(1), labels[:n]  # N×1×H×W
-        _check_labels(labels, cfg.num_classes, split, name)  # once, on the CPU
+        check_labels(labels, cfg.num_classes, split, name)  # once, on the CPU
         train = split == "train"
         if cfg.loader == "device":
             sources[split] = DeviceSource(
@@ -370,17 +235,19 @@ def _fashion_bundle(ctx: _Context, log: Log | None) -> DataBundle:
                 mean=FASHION_MEAN, std=FASHION_STD, name=name,
             )  # fmt: skip
         else:
+            from tuitrain.engine.loader import LoaderSource  # it imports this module
+
             sources[split] = LoaderSource(
                 TensorDataset(images, labels), ctx, train=train,
                 mean=FASHION_MEAN, std=FASHION_STD, name=name,
             )  # fmt: skip
     shape = tuple(images.shape[1:])
     return DataBundle(
-        sources["train"], sources["val"], cfg.num_classes, shape, f"{name} ({_counts(sources)})"
+        sources["train"], sources["val"], cfg.num_classes, shape, f"{name} ({counts_text(sources)})"
     )
 
 
-def _synthetic_bundle(ctx: _Context) -> DataBundle:
+def _synthetic_bundle(ctx: SourceContext) -> DataBundle:
     """Random uint8 images and labels made on the device by a seeded generator (no files)."""
     cfg = ctx.cfg
     shape = (cfg.channels, cfg.image_size, cfg.image_size)
@@ -403,17 +270,26 @@ def _synthetic_bundle(ctx: _Context) -> DataBundle:
         )  # fmt: skip
     description = (
         f"synthetic {'×'.join(map(str, shape))} random images, {cfg.num_classes} classes,"
-        f" made on {ctx.device.type} ({_counts(sources)})"
+        f" made on {ctx.device.type} ({counts_text(sources)})"
     )
     return DataBundle(sources["train"], sources["val"], cfg.num_classes, shape, description)
 
 
-def _counts(sources: dict[str, Any]) -> str:
+def counts_text(sources: dict[str, Any]) -> str:
     """'60,000 train / 10,000 val' from the sources' full (unsharded) sizes."""
     return f"{sources['train'].dataset_size:,} train / {sources['val'].dataset_size:,} val"
 
 
 # --------------------------------------------------------------------------- entry point
+
+
+def __getattr__(name: str) -> Any:
+    """`LoaderSource` moved to `tuitrain.engine.loader`; the old import keeps working."""
+    if name == "LoaderSource":
+        from tuitrain.engine.loader import LoaderSource
+
+        return LoaderSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_data(
@@ -427,13 +303,15 @@ def build_data(
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside [0, {world_size})")
-    ctx = _Context(cfg, torch.device(device), seed, rank, world_size, channels_last)
+    ctx = SourceContext(cfg, torch.device(device), seed, rank, world_size, channels_last)
     if cfg.name == "synthetic":
         return _synthetic_bundle(ctx)
     if cfg.name in ("fashion_mnist", "fashion_mini"):
         return _fashion_bundle(ctx, log)
     if ":" in cfg.name:
-        return _user_bundle(ctx)
+        from tuitrain.engine.loader import user_bundle  # it imports this module
+
+        return user_bundle(ctx)
     raise UserError(
         f"data.name = {cfg.name!r} is unknown; use fashion_mnist, fashion_mini, synthetic"
         " or a factory 'package.module:function'."
