@@ -54,6 +54,7 @@ def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Confi
     """The checkpoint's own config (plus overrides) and its state; the run dir is its run dir."""
     from tuitrain.config import apply_overrides, config_from_dict
     from tuitrain.engine.checkpoint import CheckpointError, find_latest, load_checkpoint
+    from tuitrain.engine.state import SOURCE_KEY
 
     if args.resume == "auto":
         if not args.run_dir:
@@ -64,6 +65,7 @@ def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Confi
     else:
         path = Path(args.resume)
     state = load_checkpoint(path)
+    state[SOURCE_KEY] = str(path)  # DDP ranks > 0 read their own state file beside it
     preset = str(state.get("preset", "custom"))
     if args.preset and Path(args.preset).stem != preset:
         raise CheckpointError(

@@ -25,6 +25,8 @@ from tuitrain.errors import UserError
 CKPT_DIR = "checkpoints"
 LATEST = "latest"
 _NAME = re.compile(r"^ckpt-step(\d{8})\.pt$")
+_RANK_NAME = re.compile(r"^ckpt-step(\d{8})\.rank(\d+)\.pt$")  # another DDP rank's own state
+_MAIN_TMP = re.compile(r"^\.ckpt-step\d{8}\.pt\.tmp-(\d+)$")  # rank 0's temp files only
 
 
 class CheckpointError(UserError):
@@ -37,6 +39,11 @@ def checkpoint_dir(run_dir: Path) -> Path:
 
 def checkpoint_name(step: int) -> str:
     return f"ckpt-step{step:08d}.pt"
+
+
+def rank_state_path(checkpoint: Path, rank: int) -> Path:
+    """Where DDP rank `rank` (> 0) keeps its own RNG and loss window for `checkpoint`."""
+    return checkpoint.with_name(f"{checkpoint.stem}.rank{rank}.pt")
 
 
 # ----------------------------------------------------------------------------- RNG state
@@ -104,11 +111,41 @@ def save_checkpoint(run_dir: Path, state: dict[str, Any], keep: int) -> Path:
     return path
 
 
+def save_rank_state(run_dir: Path, step: int, rank: int, state: dict[str, Any], keep: int) -> Path:
+    """DDP ranks other than 0: their own RNG and loss window beside rank 0's checkpoint of the
+    same step (rank 0 saves the shared state), atomically; keep the newest `keep` of them."""
+    folder = checkpoint_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = rank_state_path(folder / checkpoint_name(step), rank)
+    _write_atomic(path, lambda f: torch.save(state, f))
+    own = sorted(
+        (p for p in folder.glob(f"ckpt-step*.rank{rank}.pt") if _RANK_NAME.match(p.name)),
+        key=lambda p: p.name,
+        reverse=True,
+    )
+    for old in own[keep:]:
+        with contextlib.suppress(OSError):
+            old.unlink()
+    return path
+
+
+def load_rank_state(checkpoint: Path, rank: int) -> dict[str, Any] | None:
+    """Rank `rank`'s own state saved with `checkpoint`; None when there is none usable."""
+    path = rank_state_path(checkpoint, rank)
+    if not path.is_file():
+        return None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, OSError):
+        return None
+
+
 def prune(folder: Path, keep: int) -> None:
-    """Delete all but the newest `keep` complete checkpoints, and stale temp files."""
+    """Delete all but the newest `keep` complete checkpoints, and stale temp files (rank 0's
+    own kind only: another rank may be writing its state file right now)."""
     for stale in folder.glob(".ckpt-step*.tmp-*"):
-        pid = stale.name.rsplit("-", 1)[-1]
-        if pid != str(os.getpid()):
+        match = _MAIN_TMP.match(stale.name)
+        if match and match.group(1) != str(os.getpid()):
             with contextlib.suppress(OSError):
                 stale.unlink()
     for old in list_checkpoints(folder)[keep:]:

@@ -314,6 +314,28 @@ class Trainer:
             )
         )
 
+    def save_rank_state(self) -> None:
+        from tuitrain.engine.checkpoint import save_rank_state
+        from tuitrain.engine.state import capture_rank
+
+        assert self.run_dir is not None
+        try:
+            save_rank_state(
+                self.run_dir, self.step, self.dist.rank, capture_rank(self),
+                self.cfg.checkpoint.keep,
+            )  # fmt: skip
+        except OSError as exc:
+            self.sink.write(
+                event(
+                    f"rank {self.dist.rank}'s state at step {self.step} was not saved "
+                    f"({exc.strerror or exc}); a resume from it is not bit-exact on this rank",
+                    level="error",
+                    kind="checkpoint_failed",
+                )
+            )
+            return
+        self.last_saved_step = self.step
+
     # ---------------------------------------------------------------- evaluation
     def evaluate(self) -> None:
         """Validation loss and accuracy under inference_mode; one sync at the end."""
@@ -346,8 +368,13 @@ class Trainer:
 
     # ---------------------------------------------------------------- checkpoints
     def save(self, reason: str) -> Path | None:
-        """Save a checkpoint (rank 0, with a run dir); a failed write never ends the run."""
-        if self.run_dir is None or not self.dist.is_main or self.last_saved_step == self.step:
+        """Save a checkpoint (rank 0, with a run dir); a failed write never ends the run.
+        Under DDP the other ranks save their own RNG and loss window beside it (same step:
+        every rank reaches the same save points)."""
+        if self.run_dir is None or self.last_saved_step == self.step:
+            return None
+        if not self.dist.is_main:
+            self.save_rank_state()
             return None
         from tuitrain.engine.checkpoint import save_checkpoint
         from tuitrain.engine.state import capture

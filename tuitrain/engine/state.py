@@ -9,17 +9,24 @@ so the first logged loss after a resume is bit-identical to the straight run's.
 from __future__ import annotations
 
 import platform
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 import tuitrain
-from tuitrain.engine.checkpoint import check_compatible, rng_state, set_rng_state
+from tuitrain.engine.checkpoint import (
+    check_compatible,
+    load_rank_state,
+    rng_state,
+    set_rng_state,
+)
 
 if TYPE_CHECKING:
     from tuitrain.engine.loop import Trainer
 
 FORMAT_VERSION = 1
+SOURCE_KEY = "_loaded_from"  # set on a loaded state: where the ranks' own files are
 
 
 def capture(trainer: Trainer) -> dict[str, Any]:
@@ -49,7 +56,15 @@ def capture(trainer: Trainer) -> dict[str, Any]:
     }
 
 
-def restore(trainer: Trainer, state: dict[str, Any]) -> None:
+def capture_rank(trainer: Trainer) -> dict[str, Any]:
+    """What a DDP rank other than 0 adds to rank 0's checkpoint: its own RNG (dropout masks)
+    and its open loss window (its part of the next logged mean loss)."""
+    return {"step": trainer.step, "rng": rng_state(), "meter": trainer.meter.state_dict()}
+
+
+def restore(trainer: Trainer, state: dict[str, Any]) -> str | None:
+    """Put `trainer` back at the checkpoint; returns a warning when this DDP rank's own
+    state is missing (the resume is then not bit-exact on this rank)."""
     p = trainer.parts
     check_compatible(state, p.model, trainer.cfg.name)
     p.model.load_state_dict(state["model"])
@@ -66,3 +81,17 @@ def restore(trainer: Trainer, state: dict[str, Any]) -> None:
     trainer.val_loss = state.get("val_loss")
     trainer.meter.load_state_dict(state["meter"])
     trainer.last_saved_step = trainer.step
+    rank = trainer.dist.rank
+    if rank == 0:
+        return None
+    source = state.get(SOURCE_KEY)
+    own = load_rank_state(Path(source), rank) if source else None
+    if own is None or int(own.get("step", -1)) != trainer.step:
+        return (
+            f"rank {rank} has no state of its own saved with this checkpoint: it resumes "
+            "with rank 0's RNG, so its dropout masks (and the first logged loss) differ from "
+            "an uninterrupted run"
+        )
+    set_rng_state(own["rng"])
+    trainer.meter.load_state_dict(own["meter"])
+    return None

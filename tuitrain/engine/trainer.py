@@ -102,7 +102,7 @@ def run(
         if resume is not None:
             from tuitrain.engine.state import restore
 
-            restore(trainer, resume)
+            warning = restore(trainer, resume)
             sink.write(
                 event(
                     f"resumed at step {trainer.step} (epoch {trainer.epoch}, "
@@ -111,6 +111,8 @@ def run(
                     step=trainer.step,
                 )
             )
+            if warning:
+                sink.write(event(warning, level="warning", kind="resume_inexact"))
         status = trainer.fit()
     except BaseException as exc:  # noqa: BLE001 - every failure must end the run cleanly
         return fail(exc, sink, control, trainer, started)
