@@ -5,17 +5,21 @@ mid-write) waits for its newline or is skipped, unknown record types are ignored
 store, and a file that is replaced or truncated (a new run in the same dir) starts over.
 
 Opening a long file stays fast and bounded: the store keeps a few thousand points per
-series anyway, so the catch-up parses every non-train record but only an evenly strided
-subset of the train records plus the most recent ones, and files are read in chunks of
-CHUNK_BYTES (a million-record file, 470 MB, opens in about half a second with a few tens of
-MB of memory: bench/watch_open.py).
+series and the newest events anyway, so the catch-up parses the header, evals and end
+records, the events the store keeps, and only a few thousand train records spread evenly
+over the file plus the most recent ones; the others are found with bytes operations and
+never become Python objects. Files are read in chunks of CHUNK_BYTES. A million-record
+file (474 MB) is read in ~0.6 s with ~45 MB of memory on a 2-core VM (BENCHMARKS.md,
+bench/watch_open.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -23,8 +27,11 @@ from typing import Any, BinaryIO
 from tuitrain.metrics.store import MetricStore
 
 TRAIN_PREFIX = b'{"type": "train"'
+TRAIN_AFTER_NEWLINE = b"\n" + TRAIN_PREFIX
+EVENT_PREFIX = b'{"type": "event"'
 CATCHUP_TRAIN_POINTS = 4096  # at most this many older train records parsed (the store keeps ~2.5k)
 CATCHUP_TAIL = 512  # and every one of the newest train records
+NON_TRAIN_LINE = re.compile(rb'\n(?!\{"type": "train")([^\n]*)')  # the line after a newline
 CHUNK_BYTES = 8 << 20  # read at most this much at once: memory stays bounded on huge files
 
 
@@ -69,17 +76,21 @@ class JsonlFollower:
                 return 0
             f.seek(self._offset)
             first_read = self.records_read == 0 and self._partial == b""
-            pushed = self._catch_up(f) if first_read else self._read_all(f)
+            pushed = self._catch_up(f, stat.st_size) if first_read else self._read_all(f)
         self.records_read += pushed
         return pushed
 
-    def _chunks(self, f: BinaryIO) -> Iterator[list[bytes]]:
-        """The complete lines from the offset to the end of the file, chunk by chunk."""
+    def _regions(self, f: BinaryIO) -> Iterator[tuple[int, bytes, int]]:
+        """Chunk by chunk to the end of the file: (offset, buf, end). `buf` starts at a line
+        start at file offset `offset`; buf[:end] holds complete lines and buf[end] is "\n"."""
         while data := f.read(CHUNK_BYTES):
+            offset = self._offset - len(self._partial)
             self._offset += len(data)
-            lines = (self._partial + data).split(b"\n")
-            self._partial = lines.pop()  # no newline yet: maybe still being written
-            yield lines
+            buf = self._partial + data
+            end = buf.rfind(b"\n")
+            self._partial = buf[end + 1 :]  # no newline yet: maybe still being written
+            if end >= 0:
+                yield offset, buf, end
 
     def _push_lines(self, lines: Iterable[bytes]) -> int:
         pushed = 0
@@ -91,39 +102,63 @@ class JsonlFollower:
         return pushed
 
     def _read_all(self, f: BinaryIO) -> int:
-        return sum(self._push_lines(lines) for lines in self._chunks(f))
+        return sum(self._push_lines(buf[:end].split(b"\n")) for _, buf, end in self._regions(f))
 
-    def _catch_up(self, f: BinaryIO) -> int:
-        """First read: every non-train line, an evenly strided subset of the older train
-        lines and the newest CATCHUP_TAIL train lines, holding one chunk at a time.
+    def _catch_up(self, f: BinaryIO, size: int) -> int:
+        """First read: the non-train lines (of the events, only the newest the store keeps),
+        a subset of the older train lines evenly spaced in the file and the newest
+        CATCHUP_TAIL train lines; one chunk in memory at a time, and no Python object for
+        the train lines it skips.
 
         Only the train lines the engine writes (`{"type": "train"` first) are thinned; they
         are pushed after the other records, which changes nothing the store keeps (train and
-        eval records feed different series). Kept train lines are those whose index is a
-        multiple of `stride`; when more than CATCHUP_TRAIN_POINTS are kept, every other one
-        is dropped and the stride doubles (the store's own scheme).
+        eval records feed different series). The history holds the first train line at or
+        after each multiple of `spacing` bytes; should the file grow past CATCHUP_TRAIN_POINTS
+        of them meanwhile, the spacing doubles (the store's own scheme).
         """
-        kept: list[bytes] = []  # train lines 0, stride, 2*stride, ... (older than the tail)
-        stride = 1
-        n_train = 0  # train lines seen so far
-        tail: list[bytes] = []
+        spacing = max(1, (size - self._offset) // CATCHUP_TRAIN_POINTS)
+        picks: list[tuple[int, bytes]] = []  # (file offset, train line)
+        target = 0  # the next pick: the first train line starting at or after this offset
+        recent: list[tuple[int, bytes, int]] = []  # the last regions: the tail is in them
+        counts: list[int] = []  # train lines at the end of each of them (CATCHUP_TAIL at most)
+        events: deque[bytes] = deque(maxlen=self.store.max_events)  # the store keeps no more
         pushed = 0
-        for lines in self._chunks(f):
-            train = [line for line in lines if line.startswith(TRAIN_PREFIX)]
-            if len(train) < len(lines):  # evals, events, header, end: parsed now, in order
-                pushed += self._push_lines(
-                    line for line in lines if not line.startswith(TRAIN_PREFIX)
-                )
-            # The tail moves on: lines leaving it join the strided history.
-            tail += train
-            older, tail = tail[:-CATCHUP_TAIL], tail[-CATCHUP_TAIL:]
-            first = (-n_train) % stride
-            kept += older[first::stride]
-            n_train += len(older)
-            while len(kept) > CATCHUP_TRAIN_POINTS:
-                del kept[1::2]
-                stride *= 2
-        return pushed + self._push_lines(kept) + self._push_lines(tail)
+        for offset, buf, end in self._regions(f):
+            for line in _other_lines(buf, end):  # header, evals, end: parsed now, in order
+                if line.startswith(EVENT_PREFIX):
+                    events.append(line)
+                else:
+                    pushed += self._push_lines((line,))
+            target = self._pick(picks, target, spacing, offset, buf, end)
+            while len(picks) > CATCHUP_TRAIN_POINTS:
+                spacing *= 2
+                picks, target = _respace(picks, spacing), -(-target // spacing) * spacing
+            recent.append((offset, buf, end))
+            counts.append(_train_lines_at_end(buf, end, CATCHUP_TAIL))
+            while len(recent) > 1 and sum(counts) - counts[0] >= CATCHUP_TAIL:
+                del recent[0], counts[0]  # the newer regions hold the whole tail
+        tail, tail_start = _last_train_lines(recent, CATCHUP_TAIL)
+        history = (line for off, line in picks if off < tail_start)
+        return (
+            pushed + self._push_lines(events) + self._push_lines(history) + self._push_lines(tail)
+        )
+
+    @staticmethod
+    def _pick(
+        picks: list[tuple[int, bytes]], target: int, spacing: int, offset: int, buf: bytes, end: int
+    ) -> int:
+        """Append to `picks` the first train line at or after each multiple of `spacing`
+        within buf's complete lines; returns the next target offset."""
+        while target <= offset + end:
+            pos = target - offset
+            start = 0 if pos <= 0 else buf.find(b"\n", pos - 1, end + 1) + 1
+            while start <= end and not buf.startswith(TRAIN_PREFIX, start):
+                start = buf.find(b"\n", start, end + 1) + 1  # a rare other record: skip it
+            if start > end:
+                break  # the line starts in the next chunk
+            picks.append((offset + start, buf[start : buf.find(b"\n", start, end + 1)]))
+            target = ((offset + start) // spacing + 1) * spacing
+        return target
 
     def _start_over(self) -> None:
         self._offset = 0
@@ -146,6 +181,59 @@ class JsonlFollower:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+
+def _other_lines(buf: bytes, end: int) -> Iterator[bytes]:
+    """The lines of buf[:end] that are not train lines as the engine writes them."""
+    first = buf[: buf.find(b"\n", 0, end + 1)]
+    if not first.startswith(TRAIN_PREFIX):
+        yield first
+    for match in NON_TRAIN_LINE.finditer(buf, 0, end):
+        yield match[1]
+
+
+def _train_lines_at_end(buf: bytes, end: int, limit: int) -> int:
+    """How many train lines buf[:end] holds, counted from its end up to `limit`."""
+    count, pos = 0, end
+    while count < limit:
+        pos = buf.rfind(TRAIN_AFTER_NEWLINE, 0, pos)
+        if pos < 0:
+            return count + buf.startswith(TRAIN_PREFIX)
+        count += 1
+    return count
+
+
+def _respace(picks: list[tuple[int, bytes]], spacing: int) -> list[tuple[int, bytes]]:
+    """The picks a wider `spacing` keeps: the first one at or after each of its multiples."""
+    kept: list[tuple[int, bytes]] = []
+    target = 0
+    for off, line in picks:
+        if off >= target:
+            kept.append((off, line))
+            target = (off // spacing + 1) * spacing
+    return kept
+
+
+def _last_train_lines(regions: list[tuple[int, bytes, int]], count: int) -> tuple[list[bytes], int]:
+    """The last `count` train lines of these consecutive regions, and the file offset of
+    the first of them (past the end when there is none)."""
+    if not regions:
+        return [], 0
+    base = regions[0][0]
+    data = b"".join(buf[: end + 1] for _, buf, end in regions)  # complete lines, each + "\n"
+    tail: list[bytes] = []
+    start = len(data) - 1  # index of the current line's "\n"
+    tail_start = base + len(data)
+    for line in reversed(data[:-1].split(b"\n")):
+        start -= len(line)  # the current line's first byte
+        if line.startswith(TRAIN_PREFIX):
+            tail.append(line)
+            tail_start = base + start
+            if len(tail) == count:
+                break
+        start -= 1  # the "\n" before it
+    tail.reverse()
+    return tail, tail_start
 
 
 def resolve_metrics_path(target: str | Path) -> Path:

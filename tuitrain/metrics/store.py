@@ -179,6 +179,11 @@ class MetricStore:
         """Bumped on every push and reset."""
         return self._version
 
+    @property
+    def max_events(self) -> int:
+        """How many of the newest event records are kept (older ones are dropped)."""
+        return self._max_events
+
     def push(self, record: Mapping[str, Any]) -> None:
         """Add one record (the caller's dict is copied shallowly, never mutated)."""
         rec = MappingProxyType(dict(record))
