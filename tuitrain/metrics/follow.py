@@ -9,7 +9,7 @@ series and the newest events anyway, so the catch-up parses the header, evals an
 records, the events the store keeps, and only a few thousand train records spread evenly
 over the file plus the most recent ones; the others are found with bytes operations and
 never become Python objects. Files are read in chunks of CHUNK_BYTES. A million-record
-file (474 MB) is read in ~0.6 s with ~45 MB of memory on a 2-core VM (BENCHMARKS.md,
+file (474 MB) is read in ~0.7 s, under 50 MB at the peak, on a 2-core VM (BENCHMARKS.md,
 bench/watch_open.py).
 """
 
