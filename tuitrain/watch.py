@@ -7,8 +7,8 @@ Follows a live headless run (new lines as they come, a replaced file starts over
 finished one, reads a DDP run through rank 0's file. A long file opens fast and in bounded
 memory (`JsonlFollower`'s catch-up). The viewer only reads: keys that need a live engine say
 so, and quitting it leaves the run alone. It needs no terminal of its own, so
-`textual serve "tuitrain watch RUN_DIR"` (textual-dev) serves it to browsers, one viewer
-process per connection.
+`textual serve --command "tuitrain watch RUN_DIR"` (textual-dev) serves it to browsers, one
+viewer process per connection.
 
 Bad targets (no such path, a folder that is no run dir, a file that is no metrics file) are
 refused with one sentence and exit code 2.
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n"
         "  tuitrain watch runs/fashion-bf16-20261129-120000\n"
         "  tuitrain watch --compare runs/fp32-run runs/bf16-run/metrics.jsonl\n"
-        '  textual serve "tuitrain watch runs/x"    in a browser (pip install textual-dev)\n'
+        '  textual serve --command "tuitrain watch runs/x"   in a browser (textual-dev)\n'
         "\nexit codes: 0 quit, 2 bad target or arguments",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -229,3 +229,17 @@ def test_compare_command_exit_code_without_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"tuitrain watch: error: {tmp_path} is not a run dir")
     assert "Traceback" not in proc.stderr
+
+
+def test_a_starting_run_is_waited_for(tmp_path: Path) -> None:
+    """A run dir with its config.toml but no metrics.jsonl yet (a run starting) is accepted;
+    a dir with nothing of a run in it is not."""
+    from tuitrain.watch import WatchError, check_target
+
+    starting = tmp_path / "starting"
+    starting.mkdir()
+    (starting / "config.toml").write_text("# resolved config\n")
+    assert check_target(str(starting), strict=True) == starting / "metrics.jsonl"
+    (tmp_path / "other").mkdir()
+    with pytest.raises(WatchError, match="is not a run dir"):
+        check_target(str(tmp_path / "other"), strict=True)
