@@ -13,6 +13,12 @@ Both sides skip a warm-up of --warmup steps (the engine's first log interval) an
 the next --steps. Each measurement is a fresh subprocess; the variants run interleaved and
 the order alternates every repeat. Prints a JSON summary: per-pair ratios engine/baseline
 (median, min-max) and each side's data-wait share (time blocked in next(loader) / wall).
+
+`--before-tree DIR` adds the engine of another checkout (e.g. `git archive` of an older
+commit) as one more interleaved variant, `engine_before`, with the ratio engine/engine_before;
+`--workers` with no value leaves the baselines out:
+
+    python bench/reference.py --workers --before-tree /tmp/old --repeats 8
 """
 
 from __future__ import annotations
@@ -112,8 +118,11 @@ ENGINE_OVERRIDES = [
 ]
 
 
-def engine(warmup: int, steps: int, seed: int, data_dir: str) -> dict[str, Any]:
-    """`tuitrain --no-ui --preset fashion-fp32` in a subprocess; figures from metrics.jsonl."""
+def engine(warmup: int, steps: int, seed: int, data_dir: str, tree: str = "") -> dict[str, Any]:
+    """`tuitrain --no-ui --preset fashion-fp32` in a subprocess; figures from metrics.jsonl.
+
+    `tree`: run the tuitrain of that checkout instead of the installed one."""
+    import os
     import subprocess
 
     with tempfile.TemporaryDirectory(prefix="tuitrain-bench-") as tmp:
@@ -123,7 +132,8 @@ def engine(warmup: int, steps: int, seed: int, data_dir: str) -> dict[str, Any]:
         cmd += ["--max-steps", str(warmup + steps), "--seed", str(seed), "--run-dir", tmp]
         if data_dir:
             cmd += ["--data-dir", data_dir]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        env = dict(os.environ, PYTHONPATH=tree) if tree else None
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=tree or None, env=env)
         lines = (Path(tmp) / "metrics.jsonl").read_text().splitlines()
         records = [json.loads(line) for line in lines if line.strip()]
     return train_stats(records, skip=1)
@@ -134,11 +144,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100, help="measured steps per run")
     parser.add_argument("--warmup", type=int, default=50, help="steps before the window")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--workers", type=int, nargs="+", default=[4, 2])
+    parser.add_argument("--workers", type=int, nargs="*", default=[4, 2])
+    parser.add_argument("--before-tree", default="", help="also run this checkout's engine")
     parser.add_argument("--data-dir", default=str(FASHION_SYSTEM_DIR))
     parser.add_argument("--child", choices=["baseline", "engine"], help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--tree", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.steps % args.warmup:
         parser.error("--steps must be a multiple of --warmup (the engine's log interval)")
@@ -146,7 +158,7 @@ def main() -> None:
         print(json.dumps(baseline(args.root, args.workers[0], args.warmup, args.steps, args.seed)))
         return
     if args.child == "engine":
-        print(json.dumps(engine(args.warmup, args.steps, args.seed, args.data_dir)))
+        print(json.dumps(engine(args.warmup, args.steps, args.seed, args.data_dir, args.tree)))
         return
 
     me = [sys.executable, __file__, "--steps", str(args.steps), "--warmup", str(args.warmup)]
@@ -156,6 +168,9 @@ def main() -> None:
             f"baseline_nw{w}": ["--child", "baseline", "--workers", str(w)] for w in args.workers
         }
         variants["engine"] = ["--child", "engine", "--data-dir", args.data_dir]
+        if args.before_tree:
+            before = str(Path(args.before_tree).resolve())
+            variants["engine_before"] = [*variants["engine"], "--tree", before]
         results: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
         for r in range(args.repeats):
             order = list(variants) if r % 2 == 0 else list(reversed(variants))
@@ -186,6 +201,18 @@ def main() -> None:
             for e, b in zip(results["engine"], results[f"baseline_nw{w}"], strict=True)
         ]
         summary[f"ratio_engine_over_baseline_nw{w}"] = spread(ratios)
+    if args.before_tree:
+        summary["before_tree"] = str(Path(args.before_tree).resolve())
+        ratios = [
+            e["samples_per_s"] / b["samples_per_s"]
+            for e, b in zip(results["engine"], results["engine_before"], strict=True)
+        ]
+        summary["ratio_engine_over_engine_before"] = spread(ratios)
+        waits = [
+            100 * (e["data_wait_frac"] - b["data_wait_frac"])
+            for e, b in zip(results["engine"], results["engine_before"], strict=True)
+        ]
+        summary["data_wait_pct_points_engine_minus_before"] = spread(waits, 2)
     emit(summary)
 
 

@@ -1,0 +1,95 @@
+"""Item 4, the UI's own cost: CPU time of the app per new record, summaries with and without
+a layout pass per update.
+
+    python bench/ui_refresh.py --records 150 --repeats 6
+
+The real `TuitrainApp` (no engine) runs headless under Textual's `run_test` at 120×40. Each
+iteration feeds one record of the deterministic test run (tests/ui/fake_records.py, fp16 on
+CUDA: every panel has something to show) through the UI's own sink, calls `poll_text()` as
+the 5 Hz timer does, and waits until Textual has processed the refresh (layout, compositor,
+the headless driver's write). Measured: the process CPU time per record (`time.process_time`,
+so waiting on other processes of a busy machine is not counted), in blocks interleaved A B,
+B A, ...:
+
+* `layout_when_height_changes`: what the panels do now (`panel.update_summary`);
+* `layout_every_update`: the former `Static.update(text)` (a layout pass per changed summary).
+
+`poll_plots` is left to the app's own 2 Hz timer in both (the charts are not what changed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from typing import Any
+
+from _common import REPO, emit, machine, spread
+
+sys.path.insert(0, str(REPO))  # tests.ui.fake_records
+
+from textual.widgets import Static  # noqa: E402
+
+from tests.ui.fake_records import header, records  # noqa: E402
+from tuitrain.metrics.store import MetricStore  # noqa: E402
+from tuitrain.ui import app as app_module  # noqa: E402
+from tuitrain.ui.host import TimelineStoreSink  # noqa: E402
+from tuitrain.ui.widgets import panel as panel_module  # noqa: E402
+
+NOW = panel_module.update_summary
+
+
+def layout_every_update(summary: Static, text: str) -> None:
+    summary.update(text)  # layout=True: Textual's default
+
+
+async def block(mode: str, feed: list[dict[str, Any]]) -> float:
+    """CPU seconds per record for one app fed `feed` after its header."""
+    panel_module.update_summary = (
+        NOW if mode == "layout_when_height_changes" else layout_every_update
+    )
+    store = MetricStore()
+    sink = TimelineStoreSink(store)
+    sink.write(header("fp16", "cuda"))
+    app = app_module.TuitrainApp(store=store)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.poll_all()
+        await pilot.pause()
+        t0 = time.process_time()
+        for rec in feed:
+            sink.write(rec)
+            app.poll_text()
+            await pilot.pause()
+        cpu = time.process_time() - t0
+    panel_module.update_summary = NOW
+    return cpu / len(feed)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=150)
+    parser.add_argument("--repeats", type=int, default=6)
+    args = parser.parse_args()
+    feed = [r for r in records("fp16", "cuda", steps=2 * args.records) if r["type"] != "header"]
+    modes = ["layout_when_height_changes", "layout_every_update"]
+    asyncio.run(block(modes[0], feed[:20]))  # warm-up
+    results: dict[str, list[float]] = {m: [] for m in modes}
+    for r in range(args.repeats):
+        for mode in modes if r % 2 == 0 else modes[::-1]:
+            results[mode].append(asyncio.run(block(mode, feed)))
+    now, before = results[modes[0]], results[modes[1]]
+    emit(
+        {
+            "item": "4 UI CPU per record: summary layout pass only on a height change vs always",
+            "machine": machine(),
+            "command": " ".join(["python bench/ui_refresh.py", *sys.argv[1:]]),
+            "records_per_block": len(feed),
+            **{f"{m}_cpu_ms_per_record": spread([1e3 * x for x in results[m]], 2) for m in modes},
+            "ratio_now_over_before": spread([a / b for a, b in zip(now, before, strict=True)]),
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()
