@@ -24,6 +24,7 @@ Record = Mapping[str, Any]
 LEVEL_MARK = {"info": ("·", "foreground-darken-1"), "warning": ("▲", "warning")}
 LEVEL_MARK["error"] = ("✖", "error")
 LEVEL_MARK["traceback"] = (" ", "foreground-darken-2")
+MAX_BURST = 200  # more new records at once (watch opening a long run): the newest only
 
 
 def ordered_records(snap: Snapshot) -> list[Record]:
@@ -91,6 +92,7 @@ class EventLog(RichLog):
                 f"run started: preset {header.get('preset')} on {header.get('device')} "
                 f"({header.get('precision')}), run dir {header.get('run_dir')}",
             )
+        new = []
         for rec in ordered_records(snap):
             seq = rec.get(SEQ_KEY)
             if isinstance(seq, int):
@@ -101,6 +103,12 @@ class EventLog(RichLog):
                 continue
             else:
                 self._shown.add(id(rec))
+            new.append(rec)
+        if len(new) > MAX_BURST:  # writing each one is ~0.4 ms of the UI thread
+            skipped = len(new) - MAX_BURST
+            self.add(None, f"… {skipped:,} earlier events and evaluations (all in metrics.jsonl)")
+            new = new[skipped:]
+        for rec in new:
             self.write_record(rec)
         if snap.end is not None and snap.end is not self._seen_end:
             self._seen_end = snap.end
