@@ -29,6 +29,8 @@ from tuitrain.engine.verdicts import straggler
 from tuitrain.errors import TrainingError
 from tuitrain.metrics.sinks import Sink
 
+STRAGGLER_QUIET = 20  # log points without a straggler before the same rank is named again
+
 # The GradScaler skips optimizer.step() on overflow; the schedule still advances (on purpose:
 # the step counter is the schedule's clock), which torch reports as a misuse. It is not.
 warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
@@ -73,7 +75,8 @@ class Trainer:
         self.val_acc: float | None = None
         self.val_loss: float | None = None
         self.throughputs: list[float] = []
-        self.straggler_rank: int | None = None
+        self.straggler_rank: int | None = None  # the last rank named a straggler
+        self.straggler_quiet = 0  # log points since a straggler was seen
         # NaN checks need the loss on the host: free on CPU, a sync on CUDA, so there the
         # check runs at log points only.
         # Under DDP the check runs at log points on the all-reduced loss, so that every rank
@@ -295,13 +298,16 @@ class Trainer:
 
     def diagnose_straggler(self, busy: list[float]) -> None:
         """Under DDP: say when a rank becomes a straggler (its own work per step, data wait +
-        forward, above 1.2x the median), once per episode: again only after it recovered or
-        another rank took over."""
+        forward, above 1.2x the median). The same rank is named again only after
+        STRAGGLER_QUIET log points without a straggler (no warning per flicker)."""
         slow = straggler(busy)
-        if slow is None or slow == self.straggler_rank:
-            self.straggler_rank = slow
+        if slow is None:
+            self.straggler_quiet += 1
             return
-        self.straggler_rank = slow
+        if slow == self.straggler_rank and self.straggler_quiet < STRAGGLER_QUIET:
+            self.straggler_quiet = 0
+            return
+        self.straggler_rank, self.straggler_quiet = slow, 0
         median = statistics.median(busy)
         self.sink.write(
             event(

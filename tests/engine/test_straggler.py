@@ -1,0 +1,69 @@
+"""The straggler rule (slowest rank's own work > 1.2x the median), its warning's hysteresis,
+and the per-rank table the Throughput panel shows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tuitrain.engine.loop import STRAGGLER_QUIET, Trainer
+from tuitrain.engine.verdicts import straggler
+from tuitrain.ui.view import MAX_RANK_ROWS, rank_rows, rank_table
+
+
+def test_straggler_rule() -> None:
+    assert straggler([0.10, 0.10]) is None
+    assert straggler([0.10, 0.16]) == 1  # median 0.13: 0.16 > 1.2 x 0.13 = 0.156
+    assert straggler([0.10, 0.15]) is None  # 0.15 < 0.15 (1.2 x the median 0.125)
+    assert straggler([0.1, 0.1, 0.1, 0.13]) == 3
+    assert straggler([0.1]) is None and straggler([]) is None
+    assert straggler([0.1, float("nan")]) is None  # a rank without a figure: no verdict
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+
+
+def bare_trainer() -> Trainer:
+    trainer = Trainer.__new__(Trainer)  # only what diagnose_straggler uses
+    trainer.sink = _Sink()  # type: ignore[assignment]
+    trainer.straggler_rank, trainer.straggler_quiet = None, 0
+    return trainer
+
+
+def test_warning_once_per_episode_not_per_flicker() -> None:
+    trainer = bare_trainer()
+    said = trainer.sink.records  # type: ignore[attr-defined]
+    for busy in ([1, 2], [1, 2], [1, 1], [1, 2]):  # rank 1 slow, a flicker, slow again
+        trainer.diagnose_straggler(busy)
+    assert len(said) == 1 and said[0]["rank"] == 1 and said[0]["level"] == "warning"
+    assert "2.00x" not in said[0]["message"] and "1.33x the median" in said[0]["message"]
+    for _ in range(STRAGGLER_QUIET):  # a long quiet spell: the next episode is news
+        trainer.diagnose_straggler([1, 1])
+    trainer.diagnose_straggler([1, 2])
+    assert len(said) == 2
+    trainer.diagnose_straggler([2, 1])  # another rank takes over: news at once
+    assert len(said) == 3 and said[-1]["rank"] == 0
+
+
+def test_rank_table_flags_the_straggler() -> None:
+    latest = {"rank_step_time_s": [0.2, 0.2], "rank_busy_s": [0.05, 0.1]}
+    rows, rest = rank_rows(latest)
+    assert [r.rank for r in rows] == [0, 1] and rest == 0
+    assert rows[1].straggler and not rows[0].straggler
+    assert abs(rows[1].vs_median - 0.1 / 0.075) < 1e-9
+    table = rank_table(latest)
+    assert "straggler" in table.splitlines()[-1] and "100.0 ms" in table
+    assert rank_table({"rank_step_time_s": [0.2]}) == ""  # one process: no table
+
+
+def test_many_ranks_show_the_slowest_and_a_count() -> None:
+    busy = [0.05] * 8
+    busy[5] = 0.09
+    rows, rest = rank_rows({"rank_step_time_s": [0.2] * 8, "rank_busy_s": busy})
+    assert len(rows) == MAX_RANK_ROWS - 1 and rest == 8 - len(rows)
+    assert rows[0].rank == 5 and rows[0].straggler
+    assert "more ranks" in rank_table({"rank_step_time_s": [0.2] * 8, "rank_busy_s": busy})
