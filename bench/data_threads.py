@@ -6,8 +6,8 @@ On the CPU the device path used to build a batch with torch ops (index_select of
 labels, uint8 -> float32, mul_, add_): four small intra-op-parallel ops. With every core
 busy (another process, the UI thread, a test suite) each parallel region waits for a worker
 thread to be scheduled, so the build costs milliseconds instead of microseconds, and it is
-all counted as data wait. The engine now gathers with numpy on the calling thread through a
-256-entry lookup table (`DeviceSource.cpu_batches`). This compares, in interleaved blocks,
+all counted as data wait. The engine now gathers and normalises with numpy on the calling
+thread (`DeviceSource.cpu_batches`). This compares, in interleaved blocks,
 the engine's build (`as_engine`) against the former torch build (`torch_ops`), the torch
 build inside a one-thread scope (`torch.set_num_threads(1)`, restored right after) and a
 float32 store normalised once (one torch index_select per batch), with a real training step

@@ -205,6 +205,16 @@ def test_cpu_batches_are_bitwise_the_torch_build(name: str) -> None:
         assert y.dtype == torch.int64 and torch.equal(y, src._labels.index_select(0, idx))
 
 
+@pytest.mark.parametrize(
+    ("mean", "std"), [(FASHION_MEAN, FASHION_STD), (data_mod._SYNTH_MEAN, data_mod._SYNTH_STD)]
+)
+def test_numpy_normalise_is_bitwise_torch_normalise_for_every_byte(mean: float, std: float) -> None:
+    every_byte = torch.arange(256, dtype=torch.uint8)
+    expected = data_mod.normalise(every_byte, mean, std, channels_last=False)
+    got = torch.from_numpy(data_mod.normalise_np(every_byte.numpy(), mean, std))
+    assert got.dtype == torch.float32 and torch.equal(got, expected)
+
+
 def test_order_depends_only_on_seed_and_epoch() -> None:
     a = build_data(mini(train_samples=1000, batch_size=100), CPU, seed=3).train
     b = build_data(mini(train_samples=1000, batch_size=100), CPU, seed=3).train

@@ -3,8 +3,8 @@
 Two ways to make batches:
 
 * the device path (`data.loader = "device"`, this module): the whole split sits on the
-  device as uint8 and a batch is one `index_select` plus a fused normalise (on the CPU: two
-  numpy gathers, see `DeviceSource.cpu_batches`). No worker processes, no per-sample Python,
+  device as uint8 and a batch is one `index_select` plus a fused normalise (on the CPU: the
+  same in numpy, see `DeviceSource.cpu_batches`). No worker processes, no per-sample Python,
   no host sync; for a 28×28 data set this is far faster than any DataLoader.
 * the DataLoader path (`data.loader = "dataloader"`, and always for user datasets): a torch
   `DataLoader` with pinned memory, persistent workers and non-blocking copies
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
@@ -98,6 +99,12 @@ def normalise(x: torch.Tensor, mean: float, std: float, channels_last: bool) -> 
     if channels_last and x.ndim == 4:
         x = x.contiguous(memory_format=torch.channels_last)
     return x
+
+
+def normalise_np(x: np.ndarray, mean: float, std: float) -> np.ndarray:
+    """`normalise` in numpy on the calling thread: the same float32 ops, the same bits."""
+    out = np.multiply(x, np.float32(1.0 / (255.0 * std)), dtype=np.float32)
+    return np.add(out, np.float32(-mean / std), out=out)
 
 
 def check_labels(labels: torch.Tensor, num_classes: int, split: str, name: str) -> None:
@@ -190,25 +197,24 @@ class DeviceSource:
             yield normalise(x, self._mean, self._std, self._ctx.channels_last), y
 
     def cpu_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
-        """On the CPU: two numpy gathers on this thread, the second through a lookup table.
+        """On the CPU: a numpy gather and a numpy normalise, on this thread only.
 
         torch's index_select, uint8 -> float32, mul_ and add_ are each an intra-op parallel
         region; when other processes hold the cores every region waits for a descheduled
         worker thread: milliseconds per batch instead of 0.1 ms (BENCHMARKS.md, item 1), all
-        of it data wait. numpy's `take` runs on the calling thread only. The table holds
-        `normalise` of each of the 256 byte values, so the batches are bitwise the same.
+        of it data wait. numpy runs on the calling thread, and `normalise_np` does
+        `normalise`'s float32 arithmetic, so the batches are bitwise the same.
         """
         order = self.indices(epoch).numpy()
         images, labels = self._images.numpy(), self._labels.numpy()
-        table = normalise(torch.arange(256, dtype=torch.uint8), self._mean, self._std, False)
-        table_np = table.numpy()
         for b in range(start, self._batches):
             idx = order[b * self._bs : (b + 1) * self._bs]
             image_idx = idx % self._pool if self._pool < self._n else idx
-            x = torch.from_numpy(table_np.take(images.take(image_idx, axis=0)))
-            if self._ctx.channels_last and x.ndim == 4:
-                x = x.contiguous(memory_format=torch.channels_last)
-            yield x, torch.from_numpy(labels.take(idx))
+            x = normalise_np(images.take(image_idx, axis=0), self._mean, self._std)
+            x_t = torch.from_numpy(x)
+            if self._ctx.channels_last and x_t.ndim == 4:
+                x_t = x_t.contiguous(memory_format=torch.channels_last)
+            yield x_t, torch.from_numpy(labels.take(idx))
 
 
 # --------------------------------------------------------------------------- data sets
