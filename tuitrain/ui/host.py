@@ -189,13 +189,13 @@ class EngineHost:
         """Broadcast the next run's config (a switch) or None (exit) to the other ranks."""
         from tuitrain.engine.distributed import broadcast_object, farewell
 
-        with self._peers_lock:
+        with self._peers_lock:  # decided here; a later switch is refused (set_successor)
             cfg = self._successor
             self.peers_released = cfg is None
-            plan = None if cfg is None else {"preset": cfg.name, "config": cfg.to_dict()}
-            broadcast_object(plan, self.dist)
-            if plan is None:
-                farewell(self.dist)
+        plan = None if cfg is None else {"preset": cfg.name, "config": cfg.to_dict()}
+        broadcast_object(plan, self.dist)  # outside the lock: the UI never waits on a peer
+        if plan is None:
+            farewell(self.dist)
 
     def _send_run_dir(self, run_dir: Path | None) -> None:
         from tuitrain.engine.distributed import broadcast_object
