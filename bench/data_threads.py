@@ -2,18 +2,19 @@
 
     python bench/data_threads.py --batches 40 --repeats 3 --hogs 2
 
-On the CPU the device path used to build a batch with torch ops (index_select of images and
-labels, uint8 -> float32, mul_, add_): four small intra-op-parallel ops. With every core
+On the CPU a batch of the device path (`DeviceSource.batches`: index_select of images and
+labels, uint8 -> float32, mul_, add_) is four small intra-op-parallel ops. With every core
 busy (another process, the UI thread, a test suite) each parallel region waits for a worker
 thread to be scheduled, so the build costs milliseconds instead of microseconds, and it is
-all counted as data wait. The engine now gathers and normalises with numpy on the calling
-thread (`DeviceSource.cpu_batches`). This compares, in interleaved blocks,
-the engine's build (`as_engine`) against the former torch build (`torch_ops`), the torch
-build inside a one-thread scope (`torch.set_num_threads(1)`, restored right after) and a
-float32 store normalised once (one torch index_select per batch), with a real training step
-(the seeds' CNN, AdamW) between builds, idle and with --hogs other torch processes (2-thread
-matmuls) competing for the cores: a stand-in for a shared machine. Prints ms per batch and
-the build's share of the wall time (what the engine reports as data wait).
+all counted as data wait. This compares, in interleaved blocks, the batch build as the
+engine does it against the same build inside a one-thread scope
+(`torch.set_num_threads(1)`, restored right after), against a float32 store normalised
+once (one index_select per batch) and against a numpy build on the calling thread (gather
+and float32 normalise, no intra-op parallel region; bitwise the engine's batches), with a
+real training step (the seeds' CNN, AdamW) between builds, idle and with --hogs other torch
+processes (2-thread matmuls) competing for the cores: a stand-in for a shared machine.
+Prints ms per batch and the build's share of the wall time (what the engine reports as
+data wait). The engine-level check of a candidate is `bench/reference.py --before-tree`.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from _common import emit, machine, spread
 
 from tuitrain.config import load_preset
-from tuitrain.engine.data import FASHION_MEAN, FASHION_STD, build_data, normalise
+from tuitrain.engine.data import FASHION_MEAN, FASHION_STD, build_data
 from tuitrain.engine.models import FashionCNN
 
 
@@ -79,13 +81,6 @@ def main() -> None:
     def make() -> Iterator[Any]:
         return iter(source.batches(0))
 
-    def make_torch() -> Iterator[Any]:  # the build before DeviceSource.cpu_batches
-        order = source.indices(0)
-        for b in range(len(source)):
-            idx = order[b * 256 : (b + 1) * 256]
-            x = normalise(source._images.index_select(0, idx), FASHION_MEAN, FASHION_STD, False)
-            yield x, source._labels.index_select(0, idx)
-
     # the alternative store: the split normalised once to float32 (4x the bytes), so a batch
     # is a single index_select (the labels' one is below the intra-op grain size)
     images = source._images.float().mul_(1 / (255 * FASHION_STD)).add_(-FASHION_MEAN / FASHION_STD)
@@ -96,6 +91,16 @@ def main() -> None:
         for b in range(len(source)):
             idx = order[b * 256 : (b + 1) * 256]
             yield images.index_select(0, idx), labels.index_select(0, idx)
+
+    images_np, labels_np = source._images.numpy(), labels.numpy()
+    scale, shift = np.float32(1 / (255 * FASHION_STD)), np.float32(-FASHION_MEAN / FASHION_STD)
+
+    def make_numpy() -> Iterator[Any]:  # same float32 ops as the engine's normalise
+        order = source.indices(0).numpy()
+        for b in range(len(source)):
+            idx = order[b * 256 : (b + 1) * 256]
+            x = np.multiply(images_np.take(idx, axis=0), scale, dtype=np.float32)
+            yield torch.from_numpy(np.add(x, shift, out=x)), torch.from_numpy(labels_np.take(idx))
 
     def step(batch: Any) -> None:  # the training step between two batch builds
         x, y = batch
@@ -114,9 +119,9 @@ def main() -> None:
         try:
             modes = [
                 ("as_engine", make, False),
-                ("torch_ops", make_torch, False),
-                ("torch_ops_one_thread_scope", make_torch, True),
+                ("one_thread_scope", make, True),
                 ("float32_store", make_float, False),
+                ("numpy_build", make_numpy, False),
             ]
             for r in range(args.repeats):
                 for name, maker, one in modes if r % 2 == 0 else modes[::-1]:

@@ -3,9 +3,9 @@
 Two ways to make batches:
 
 * the device path (`data.loader = "device"`, this module): the whole split sits on the
-  device as uint8 and a batch is one `index_select` plus a fused normalise (on the CPU: the
-  same in numpy, see `DeviceSource.cpu_batches`). No worker processes, no per-sample Python,
-  no host sync; for a 28×28 data set this is far faster than any DataLoader.
+  device as uint8 and a batch is one `index_select` plus a fused normalise. No worker
+  processes, no per-sample Python, no host sync; for a 28×28 data set this is far faster
+  than any DataLoader.
 * the DataLoader path (`data.loader = "dataloader"`, and always for user datasets): a torch
   `DataLoader` with pinned memory, persistent workers and non-blocking copies
   (`tuitrain.engine.loader`).
@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
@@ -101,12 +100,6 @@ def normalise(x: torch.Tensor, mean: float, std: float, channels_last: bool) -> 
     return x
 
 
-def normalise_np(x: np.ndarray, mean: float, std: float) -> np.ndarray:
-    """`normalise` in numpy on the calling thread: the same float32 ops, the same bits."""
-    out = np.multiply(x, np.float32(1.0 / (255.0 * std)), dtype=np.float32)
-    return np.add(out, np.float32(-mean / std), out=out)
-
-
 def check_labels(labels: torch.Tensor, num_classes: int, split: str, name: str) -> None:
     """Raise on labels outside [0, num_classes) while they are still on the CPU.
 
@@ -181,11 +174,8 @@ class DeviceSource:
         return shard[: self.num_samples]
 
     def batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
-        device = self._ctx.device
-        if device.type == "cpu":
-            yield from self.cpu_batches(epoch, start)
-            return
         order = self.indices(epoch)
+        device = self._ctx.device
         if device.type == "cuda":
             order = order.pin_memory()  # so the one copy per epoch does not block the host
         order = order.to(device, non_blocking=True)
@@ -195,26 +185,6 @@ class DeviceSource:
             x = self._images.index_select(0, image_idx)
             y = self._labels.index_select(0, idx)
             yield normalise(x, self._mean, self._std, self._ctx.channels_last), y
-
-    def cpu_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
-        """On the CPU: a numpy gather and a numpy normalise, on this thread only.
-
-        torch's index_select, uint8 -> float32, mul_ and add_ are each an intra-op parallel
-        region; when other processes hold the cores every region waits for a descheduled
-        worker thread: milliseconds per batch instead of 0.1 ms (BENCHMARKS.md, item 1), all
-        of it data wait. numpy runs on the calling thread, and `normalise_np` does
-        `normalise`'s float32 arithmetic, so the batches are bitwise the same.
-        """
-        order = self.indices(epoch).numpy()
-        images, labels = self._images.numpy(), self._labels.numpy()
-        for b in range(start, self._batches):
-            idx = order[b * self._bs : (b + 1) * self._bs]
-            image_idx = idx % self._pool if self._pool < self._n else idx
-            x = normalise_np(images.take(image_idx, axis=0), self._mean, self._std)
-            x_t = torch.from_numpy(x)
-            if self._ctx.channels_last and x_t.ndim == 4:
-                x_t = x_t.contiguous(memory_format=torch.channels_last)
-            yield x_t, torch.from_numpy(labels.take(idx))
 
 
 # --------------------------------------------------------------------------- data sets
