@@ -118,6 +118,7 @@ async def test_checkpoint_and_profile_keys(
         await wait_for(
             pilot, lambda: isinstance(app.screen, ProfileScreen), timeout=60, what="the profile"
         )
+        await wait_for(pilot, lambda: app.screen.query("#profile-table"), what="the table")
         table = text_of(app.screen.query_one("#profile-table"))
         assert "Name" in table and "CPU" in table
         await pilot.press("escape")
