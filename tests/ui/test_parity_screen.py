@@ -73,6 +73,8 @@ async def test_c_pauses_the_run_shows_a_verdict_and_resumes(
         assert isinstance(screen, ParityScreen)
         assert host.control.paused
         await wait_for(pilot, lambda: host.control.state == "paused", what="the pause")
+        await pilot.press("space")  # would resume the run mid-check: refused while it is open
+        assert host.control.paused and isinstance(app.screen, ParityScreen)
         await wait_for(pilot, lambda: has_verdict(screen), timeout=90, what="the verdict")
         assert verdict(screen).startswith(("PASS", "FAIL")), verdict(screen)
         note = text_of(screen.query_one("#parity-training"))
