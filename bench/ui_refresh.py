@@ -1,7 +1,7 @@
-"""Item 4, the UI's own cost: CPU time of the app per new record, summaries with and without
-a layout pass per update.
+"""Item 4, the UI's own cost: CPU time of the app per new record, A/B of one UI change.
 
-    python bench/ui_refresh.py --records 150 --repeats 6
+    python bench/ui_refresh.py --records 150 --repeats 6                  # --compare chart
+    python bench/ui_refresh.py --records 150 --repeats 6 --compare summary
 
 The real `TuitrainApp` (no engine) runs headless under Textual's `run_test` at 120×40. Each
 iteration feeds one record of the deterministic test run (tests/ui/fake_records.py, fp16 on
@@ -9,12 +9,17 @@ CUDA: every panel has something to show) through the UI's own sink, calls `poll_
 the 5 Hz timer does, and waits until Textual has processed the refresh (layout, compositor,
 the headless driver's write). Measured: the process CPU time per record (`time.process_time`,
 so waiting on other processes of a busy machine is not counted), in blocks interleaved A B,
-B A, ...:
+B A, ...
 
-* `layout_when_height_changes`: what the panels do now (`panel.update_summary`);
-* `layout_every_update`: the former `Static.update(text)` (a layout pass per changed summary).
+`--compare chart` (default): the charts' direct ANSI-to-strips rendering
+(`MetricChart.render_line`) against the generic one (`Text.from_ansi`, then Textual's Content
+path, as `PlotextPlot.render` does). Here `poll_plots()` is also called after 2 of every 5
+records, the app's text:plot ratio (5 Hz : 2 Hz), so a record stands for one 5 Hz tick of a
+live run where every tick has new data.
 
-`poll_plots` is left to the app's own 2 Hz timer in both (the charts are not what changed).
+`--compare summary`: summaries with a layout pass only on a height change
+(`panel.update_summary`) against the former `Static.update(text)` (a layout pass per changed
+summary); `poll_plots` is left to the app's own 2 Hz timer in both.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from _common import REPO, emit, machine, spread
 
 sys.path.insert(0, str(REPO))  # tests.ui.fake_records
 
+from textual.widget import Widget  # noqa: E402
 from textual.widgets import Static  # noqa: E402
 
 from tests.ui.fake_records import header, records  # noqa: E402
@@ -36,19 +42,26 @@ from tuitrain.metrics.store import MetricStore  # noqa: E402
 from tuitrain.ui import app as app_module  # noqa: E402
 from tuitrain.ui.host import TimelineStoreSink  # noqa: E402
 from tuitrain.ui.widgets import panel as panel_module  # noqa: E402
+from tuitrain.ui.widgets.chart import MetricChart  # noqa: E402
 
 NOW = panel_module.update_summary
+CHART_NOW = MetricChart.render_line
 
 
 def layout_every_update(summary: Static, text: str) -> None:
     summary.update(text)  # layout=True: Textual's default
 
 
+def generic_render_line(chart: MetricChart, y: int) -> Any:
+    return Widget.render_line(chart, y)  # Widget's cache over PlotextPlot.render()
+
+
 async def block(mode: str, feed: list[dict[str, Any]]) -> float:
     """CPU seconds per record for one app fed `feed` after its header."""
-    panel_module.update_summary = (
-        NOW if mode == "layout_when_height_changes" else layout_every_update
-    )
+    panel_module.update_summary = layout_every_update if mode == "layout_every_update" else NOW
+    generic = mode == "chart_generic"
+    MetricChart.render_line = generic_render_line if generic else CHART_NOW  # type: ignore[method-assign]
+    plots = mode.startswith("chart_")
     store = MetricStore()
     sink = TimelineStoreSink(store)
     sink.write(header("fp16", "cuda"))
@@ -57,12 +70,15 @@ async def block(mode: str, feed: list[dict[str, Any]]) -> float:
         app.poll_all()
         await pilot.pause()
         t0 = time.process_time()
-        for rec in feed:
+        for i, rec in enumerate(feed):
             sink.write(rec)
             app.poll_text()
+            if plots and (2 * i) % 5 < 2:
+                app.poll_plots()
             await pilot.pause()
         cpu = time.process_time() - t0
     panel_module.update_summary = NOW
+    MetricChart.render_line = CHART_NOW  # type: ignore[method-assign]
     return cpu / len(feed)
 
 
@@ -70,9 +86,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=150)
     parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--compare", choices=["chart", "summary"], default="chart")
     args = parser.parse_args()
     feed = [r for r in records("fp16", "cuda", steps=2 * args.records) if r["type"] != "header"]
-    modes = ["layout_when_height_changes", "layout_every_update"]
+    modes = (
+        ["chart_strips", "chart_generic"]
+        if args.compare == "chart"
+        else ["layout_when_height_changes", "layout_every_update"]
+    )
     asyncio.run(block(modes[0], feed[:20]))  # warm-up
     results: dict[str, list[float]] = {m: [] for m in modes}
     for r in range(args.repeats):
@@ -81,7 +102,7 @@ def main() -> None:
     now, before = results[modes[0]], results[modes[1]]
     emit(
         {
-            "item": "4 UI CPU per record: summary layout pass only on a height change vs always",
+            "item": f"4 UI CPU per record, A/B: {modes[0]} vs {modes[1]}",
             "machine": machine(),
             "command": " ".join(["python bench/ui_refresh.py", *sys.argv[1:]]),
             "records_per_block": len(feed),
