@@ -2,6 +2,7 @@
 
     python bench/ui_refresh.py --records 150 --repeats 6                  # --compare chart
     python bench/ui_refresh.py --records 150 --repeats 6 --compare summary
+    python bench/ui_refresh.py --records 150 --repeats 6 --compare both
 
 The real `TuitrainApp` (no engine) runs headless under Textual's `run_test` at 120×40. Each
 iteration feeds one record of the deterministic test run (tests/ui/fake_records.py, fp16 on
@@ -16,6 +17,10 @@ B A, ...
 path, as `PlotextPlot.render` does). Here `poll_plots()` is also called after 2 of every 5
 records, the app's text:plot ratio (5 Hz : 2 Hz), so a record stands for one 5 Hz tick of a
 live run where every tick has new data.
+
+`--compare both`: both of this round's changes (the strips above, and the summary's height
+taken as its line count when no line is wider than the panel, without a wrapping pass)
+against neither; plots as in `chart`.
 
 `--compare summary`: summaries with a layout pass only on a height change
 (`panel.update_summary`) against the former `Static.update(text)` (a layout pass per changed
@@ -34,6 +39,7 @@ from _common import REPO, emit, machine, spread
 
 sys.path.insert(0, str(REPO))  # tests.ui.fake_records
 
+from textual.geometry import Size  # noqa: E402
 from textual.widget import Widget  # noqa: E402
 from textual.widgets import Static  # noqa: E402
 
@@ -52,16 +58,29 @@ def layout_every_update(summary: Static, text: str) -> None:
     summary.update(text)  # layout=True: Textual's default
 
 
+def height_by_wrapping(summary: Static, text: str) -> None:
+    """`panel.update_summary` before the line-count shortcut: Textual's wrapped height."""
+    width = summary.content_size.width
+    no_size = Size(0, 0)
+    before = summary.get_content_height(no_size, no_size, width) if width else None
+    summary.update(text, layout=False)
+    if before is None or summary.get_content_height(no_size, no_size, width) != before:
+        summary.refresh(layout=True)
+
+
 def generic_render_line(chart: MetricChart, y: int) -> Any:
     return Widget.render_line(chart, y)  # Widget's cache over PlotextPlot.render()
 
 
 async def block(mode: str, feed: list[dict[str, Any]]) -> float:
     """CPU seconds per record for one app fed `feed` after its header."""
-    panel_module.update_summary = layout_every_update if mode == "layout_every_update" else NOW
-    generic = mode == "chart_generic"
+    panel_module.update_summary = {
+        "layout_every_update": layout_every_update,
+        "neither": height_by_wrapping,
+    }.get(mode, NOW)
+    generic = mode in ("chart_generic", "neither")
     MetricChart.render_line = generic_render_line if generic else CHART_NOW  # type: ignore[method-assign]
-    plots = mode.startswith("chart_")
+    plots = mode.startswith("chart_") or mode in ("both", "neither")
     store = MetricStore()
     sink = TimelineStoreSink(store)
     sink.write(header("fp16", "cuda"))
@@ -86,14 +105,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=150)
     parser.add_argument("--repeats", type=int, default=6)
-    parser.add_argument("--compare", choices=["chart", "summary"], default="chart")
+    parser.add_argument("--compare", choices=["chart", "summary", "both"], default="chart")
     args = parser.parse_args()
     feed = [r for r in records("fp16", "cuda", steps=2 * args.records) if r["type"] != "header"]
-    modes = (
-        ["chart_strips", "chart_generic"]
-        if args.compare == "chart"
-        else ["layout_when_height_changes", "layout_every_update"]
-    )
+    modes = {
+        "chart": ["chart_strips", "chart_generic"],
+        "both": ["both", "neither"],
+        "summary": ["layout_when_height_changes", "layout_every_update"],
+    }[args.compare]
     asyncio.run(block(modes[0], feed[:20]))  # warm-up
     results: dict[str, list[float]] = {m: [] for m in modes}
     for r in range(args.repeats):

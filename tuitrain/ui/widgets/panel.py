@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
+from rich.cells import cell_len
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.content import Content
 from textual.geometry import Size
 from textual.markup import escape
 from textual.widgets import Sparkline, Static
@@ -37,14 +39,39 @@ def update_summary(summary: Static, text: str) -> None:
     A layout pass per record was most of the UI thread's busy time (BENCHMARKS.md, item 4),
     yet a summary's height rarely changes: same number of lines, same wrapping. Wrapping can
     change the height without a new "\\n", so the height is compared after wrapping at the
-    widget's current width (Textual caches it per content and width).
+    widget's current width (Textual caches it per content and width). When no line is wider
+    than the widget nothing wraps and the height is the line count: no wrapping pass needed.
     """
     width = summary.content_size.width
     no_size = Size(0, 0)  # unused by a Static: its height depends only on the width
-    before = summary.get_content_height(no_size, no_size, width) if width else None
+    known = getattr(summary, "_summary_height", None)  # (width, height) after the last update
+    if not width:
+        before = None
+    elif known is not None and known[0] == width:
+        before = known[1]
+    else:
+        before = summary.get_content_height(no_size, no_size, width)
     summary.update(text, layout=False)
-    if before is None or summary.get_content_height(no_size, no_size, width) != before:
+    if before is None:
+        summary._summary_height = None  # type: ignore[attr-defined]
         summary.refresh(layout=True)
+        return
+    after = unwrapped_height(summary, width)
+    summary._summary_height = (width, after)  # type: ignore[attr-defined]
+    if after != before:
+        summary.refresh(layout=True)
+
+
+def unwrapped_height(summary: Static, width: int) -> int:
+    """The summary's height at `width`: its line count when no line needs wrapping (cheap),
+    else Textual's own wrapped height."""
+    visual = summary.visual
+    if isinstance(visual, Content):
+        lines = visual.plain.split("\n")
+        if all(cell_len(line) <= width for line in lines):
+            return len(lines)
+    no_size = Size(0, 0)
+    return summary.get_content_height(no_size, no_size, width)
 
 
 class Panel(Vertical):
