@@ -145,6 +145,7 @@ def watch_one(path: Path, poll_s: float) -> int:
 
         app = TuitrainApp(store=store)
         app.title = f"tuitrain watch {path}"
+        app.watched_path = path  # a run that goes silent without an end record is flagged
         app.run()
     finally:
         follower.stop()

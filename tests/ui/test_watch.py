@@ -116,3 +116,47 @@ async def test_a_long_event_history_shows_its_newest_part(tmp_path: Path) -> Non
         assert "note number 449" in text and f"note number {450 - MAX_BURST - 1}" not in text
         assert len(log.lines) < MAX_BURST + 10
         await pilot.press("q")
+
+
+async def test_a_run_that_went_silent_without_an_end_is_flagged(tmp_path: Path) -> None:
+    """A run killed with -9 writes no end record: after far longer than its log interval
+    without a new line, watch says so instead of showing RUNNING forever."""
+    from tuitrain.ui.widgets.banner import Banner
+
+    path = tmp_path / "metrics.jsonl"
+    write_lines(path, [r for r in records("bf16", "cpu", steps=40) if r["type"] != "end"])
+    store = MetricStore()
+    JsonlFollower(path, store).poll()
+    app = TuitrainApp(store=store)
+    app.watched_path = path
+    async with app.run_test(size=(120, 36)) as pilot:
+        status = app.query_one(StatusBar)
+        await wait_for(pilot, lambda: "RUNNING" in text_of(status), what="a live-looking run")
+        old = time.time() - 600
+        os.utime(path, (old, old))  # ten minutes without a line
+        await wait_for(pilot, lambda: "SILENT" in text_of(status), what="the silent badge")
+        banner = text_of(app.query_one(Banner))
+        assert "no new record for 10:0" in banner and "may have died" in banner
+        os.utime(path)  # it writes again
+        await wait_for(pilot, lambda: "RUNNING" in text_of(status), what="running again")
+        assert not app.query_one(Banner).display
+        await pilot.press("q")
+
+
+def test_silence_scales_with_the_log_interval() -> None:
+    from tuitrain.ui.view import SILENT_FLOOR_S, silence
+
+    store = MetricStore()
+    for rec in records("bf16", "cpu", steps=40):
+        if rec["type"] != "end":
+            store.push(rec)
+    snap = store.snapshot()
+    assert silence(snap, SILENT_FLOOR_S - 1) is None
+    assert silence(snap, None) is None  # not watching a file
+    slow = {**snap.latest, "step_time_s": 60.0}  # 60 s steps: silence is relative to them
+    store.push(slow)
+    log_every = snap.header["config"]["train"]["log_every"]
+    assert silence(store.snapshot(), SILENT_FLOOR_S + 1) is None
+    assert silence(store.snapshot(), 11 * 60.0 * log_every) is not None
+    store.push({"type": "end", "status": "completed", "step": slow["step"]})
+    assert silence(store.snapshot(), 10**6) is None  # ended runs are never silent

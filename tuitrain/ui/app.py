@@ -16,6 +16,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual import events
@@ -36,14 +37,14 @@ from tuitrain.ui.screens.presets import PresetScreen
 from tuitrain.ui.screens.profile import ProfileScreen
 from tuitrain.ui.session import NEEDS_ENGINE, RunEnded, SessionApp
 from tuitrain.ui.terminal import native_stderr_to
-from tuitrain.ui.view import Frame, failure
+from tuitrain.ui.view import Frame, failure, format_duration, silence
 from tuitrain.ui.widgets.banner import Banner, failure_text
 from tuitrain.ui.widgets.datawait import DataWaitPanel
 from tuitrain.ui.widgets.events import EventLog
 from tuitrain.ui.widgets.loss import LossPanel
 from tuitrain.ui.widgets.memory import MemoryPanel
 from tuitrain.ui.widgets.overview import OverviewPanel
-from tuitrain.ui.widgets.panel import Panel
+from tuitrain.ui.widgets.panel import Panel, esc
 from tuitrain.ui.widgets.scaler import ScalerPanel
 from tuitrain.ui.widgets.status import StatusBar
 from tuitrain.ui.widgets.throughput import ThroughputPanel
@@ -91,6 +92,7 @@ class TuitrainApp(SessionApp):
         self.last_event: object = None  # the newest event already acted on
         self._text_version = -1
         self.footer = Footer()
+        self.watched_path: Path | None = None  # watch mode: the followed metrics.jsonl
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -153,7 +155,7 @@ class TuitrainApp(SessionApp):
         snap = self.store.snapshot()
         host = self.host
         if host is None:
-            return Frame(snap)
+            return Frame(snap, quiet_s=self.quiet_seconds())
         ctl = host.control
         elapsed = None
         if snap.end is not None and snap.end.get("elapsed_s") is not None:
@@ -162,6 +164,15 @@ class TuitrainApp(SessionApp):
             elapsed = time.monotonic() - host.started_at
         pausing = ctl.paused and ctl.state != "paused"
         return Frame(snap, ctl.state, pausing, True, self.host_memory, elapsed)
+
+    def quiet_seconds(self) -> float | None:
+        """Watch mode: seconds since the followed file last changed (None: not watching)."""
+        if self.watched_path is None:
+            return None
+        try:
+            return max(0.0, time.time() - self.watched_path.stat().st_mtime)
+        except OSError:
+            return None
 
     def poll_all(self) -> None:
         self.poll_text()
@@ -198,6 +209,13 @@ class TuitrainApp(SessionApp):
             banner.show(
                 f"switching to preset [b]{self.pending_cfg.name}[/b]: waiting for the engine "
                 f"to finish its current step{past} and write its files…"
+            )
+        elif (quiet := silence(frame.snap, frame.quiet_s)) is not None:
+            run_dir = (frame.snap.header or {}).get("run_dir") or "DIR"
+            banner.show(
+                f"no new record for {format_duration(quiet)}{past} and no end record: the run "
+                "may have died (kill -9, the OOM killer, a lost node); its last checkpoint "
+                f"resumes it: [b]tuitrain --resume auto --run-dir {esc(run_dir)}[/b]"
             )
         elif (fail := failure(frame.snap)) is not None:
             run_dir = (frame.snap.header or {}).get("run_dir") or (

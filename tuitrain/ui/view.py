@@ -103,6 +103,25 @@ def derived_state(snap: Snapshot) -> str:
     return "running"
 
 
+SILENT_FLOOR_S = 120.0  # watch: a run without an end record this quiet may have died
+SILENT_INTERVALS = 10  # ... or this many of its own log intervals, whichever is longer
+
+
+def silence(snap: Snapshot, quiet_s: float | None) -> float | None:
+    """Watch mode: how long a run without an `end` record has written nothing, when that is
+    far longer than its own log interval (killed by -9, the OOM killer, a lost node), else
+    None. The expected interval is the last step time x log_every from the header."""
+    if quiet_s is None or snap.end is not None or snap.header is None:
+        return None
+    latest = snap.latest or {}
+    step_time = latest.get("step_time_s")
+    log_every = ((snap.header.get("config") or {}).get("train") or {}).get("log_every")
+    expected = 0.0
+    if isinstance(step_time, (int, float)) and isinstance(log_every, int):
+        expected = float(step_time) * log_every
+    return quiet_s if quiet_s > max(SILENT_FLOOR_S, SILENT_INTERVALS * expected) else None
+
+
 def display_state(snap: Snapshot, engine_state: str | None, *, pausing: bool = False) -> str:
     """The live state from the engine's control, falling back to the records."""
     state = engine_state if engine_state not in (None, "idle") else derived_state(snap)
@@ -273,6 +292,7 @@ class Frame:
     live: bool = False  # a run is hosted by this process (not watching records)
     host_memory: int | None = None  # physical memory of this machine, live CPU runs only
     elapsed_s: float | None = None  # wall time since the live run started
+    quiet_s: float | None = None  # watch mode: seconds since the watched file last changed
 
 
 # ------------------------------------------------------------------------------ DDP ranks

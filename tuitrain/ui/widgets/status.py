@@ -5,7 +5,14 @@ from __future__ import annotations
 from textual.widgets import Static
 
 from tuitrain.metrics.format import DASH, format_number
-from tuitrain.ui.view import Frame, display_state, format_duration, progress, progress_bar
+from tuitrain.ui.view import (
+    Frame,
+    display_state,
+    format_duration,
+    progress,
+    progress_bar,
+    silence,
+)
 from tuitrain.ui.widgets.panel import esc
 
 STATE_STYLE = {
@@ -19,6 +26,7 @@ STATE_STYLE = {
     "completed": "$success",
     "stopped": "$warning",
     "failed": "$error",
+    "silent": "$warning",
 }
 
 
@@ -39,6 +47,8 @@ class StatusBar(Static):
         snap = frame.snap
         header = snap.header or {}
         state = display_state(snap, frame.engine_state, pausing=frame.pausing)
+        if silence(snap, frame.quiet_s) is not None:
+            state = "silent"
         if stopping and state not in ("completed", "stopped", "failed"):
             state = "stopping"
         style = STATE_STYLE.get(state, "$foreground")
@@ -74,6 +84,7 @@ class StatusBar(Static):
         frac = prog.fraction
         width = max(10, min(40, self.size.width - 66)) if self.size.width else 20
         pct = f"{frac * 100:3.0f}%" if frac is not None else "  —"
+        eta = None if silence(frame.snap, frame.quiet_s) is not None else prog.eta_s
         elapsed = (
             f"  [$foreground-muted]elapsed[/] {format_duration(frame.elapsed_s)}"
             if frame.elapsed_s is not None
@@ -83,5 +94,5 @@ class StatusBar(Static):
             f"[$foreground-muted]epoch[/] {epoch}/{epochs}  "
             f"[$foreground-muted]step[/] {step}/{total}  "
             f"[$primary]{progress_bar(frac, width)}[/] {pct}  "
-            f"[$foreground-muted]ETA[/] [b]{format_duration(prog.eta_s)}[/b]{elapsed}"
+            f"[$foreground-muted]ETA[/] [b]{format_duration(eta)}[/b]{elapsed}"
         )
