@@ -243,3 +243,19 @@ def test_a_starting_run_is_waited_for(tmp_path: Path) -> None:
     (tmp_path / "other").mkdir()
     with pytest.raises(WatchError, match="is not a run dir"):
         check_target(str(tmp_path / "other"), strict=True)
+
+
+def test_a_run_silent_without_an_end_reads_silent(tmp_path: Path) -> None:
+    import os
+    import time
+
+    from tuitrain.ui.compare import summarize
+
+    path = tmp_path / "metrics.jsonl"
+    write_lines(path, [r for r in records("bf16", "cpu", steps=40) if r["type"] != "end"])
+    store = MetricStore()
+    JsonlFollower(path, store).poll()
+    assert summarize(store.snapshot(), path).state == "running"
+    old = time.time() - 600
+    os.utime(path, (old, old))
+    assert summarize(store.snapshot(), path).state == "silent"

@@ -12,6 +12,7 @@ width (the dashboard's way, `tuitrain.ui.widgets.panel.Panel`). Keys: `?` help, 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,14 @@ from textual.widgets import Footer, Static
 from tuitrain.metrics.format import DASH
 from tuitrain.metrics.store import MetricStore, Series, Snapshot
 from tuitrain.ui.screens.help import binding_rows
-from tuitrain.ui.view import LOSS_SMOOTHING, derived_state, format_rate, median, smoothed_series
+from tuitrain.ui.view import (
+    LOSS_SMOOTHING,
+    derived_state,
+    format_rate,
+    median,
+    silence,
+    smoothed_series,
+)
 from tuitrain.ui.widgets.chart import Line, MetricChart, format_tick
 from tuitrain.ui.widgets.panel import same_objects
 from tuitrain.ui.widgets.status import STATE_STYLE
@@ -72,6 +80,13 @@ def run_label(snap: Snapshot, path: Path) -> str:
     return f"{preset} · {where}" if preset else where
 
 
+def quiet_seconds(path: Path) -> float | None:
+    try:
+        return max(0.0, time.time() - path.stat().st_mtime)
+    except OSError:
+        return None
+
+
 def summarize(snap: Snapshot, path: Path) -> RunSummary:
     loss = snap.get("loss")
     step = (snap.latest or {}).get("step")
@@ -83,6 +98,8 @@ def summarize(snap: Snapshot, path: Path) -> RunSummary:
     state = derived_state(snap)
     if snap.header is None and not path.exists():
         state = "waiting"
+    elif state == "running" and silence(snap, quiet_seconds(path)) is not None:
+        state = "silent"  # no end record and no line for 10 log intervals: it may have died
     return RunSummary(
         label=run_label(snap, path),
         state=state,
