@@ -6,10 +6,11 @@ Imports torch and Textual lazily so `tuitrain --help` and `--list-presets` stay 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from tuitrain import __version__
 from tuitrain.config import DEFAULT_PRESET, Config, describe_presets, load_preset, overrides_from
@@ -145,6 +146,27 @@ def world_size() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    code = _main(argv)
+    if argv is None and world_size() > 1:
+        exit_rank(code)
+    return code
+
+
+def exit_rank(code: int) -> NoReturn:
+    """A torchrun rank leaves without interpreter finalization, once its process group is
+    destroyed and every file is closed: gloo's C++ threads torn down during finalization
+    aborted a rank (SIGABRT, "terminate called without an active exception") after a
+    completed run now and then, which torchrun reports as a failed job."""
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["parity"]:
         from tuitrain.parity_cli import main as parity_main
