@@ -21,7 +21,8 @@ from tests.ui.test_watch import write_lines
 from tuitrain.cli import main as cli_main
 from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.store import MetricStore
-from tuitrain.ui.compare import COLORS, CompareApp, CompareHelp, Source
+from tuitrain.ui.compare import COLORS, CompareApp, Source
+from tuitrain.ui.screens.help import HelpScreen
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -112,9 +113,9 @@ async def test_compare_follows_a_live_run_against_a_finished_one(tmp_path: Path)
             assert app.charts[0]._data[3].xs[-1] == STEPS
 
             await pilot.press("question_mark")
-            assert isinstance(app.screen, CompareHelp)
+            assert isinstance(app.screen, HelpScreen)
             await pilot.press("escape")
-            assert not isinstance(app.screen, CompareHelp)
+            assert not isinstance(app.screen, HelpScreen)
             await pilot.press("q")
     finally:
         if writer.ident is not None:

@@ -20,14 +20,13 @@ from pathlib import Path
 from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Container, Vertical, VerticalScroll
+from textual.containers import Container
 from textual.markup import escape
-from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from tuitrain.metrics.format import DASH
 from tuitrain.metrics.store import MetricStore, Series, Snapshot
-from tuitrain.ui.screens.help import binding_rows
+from tuitrain.ui.screens.help import HelpScreen
 from tuitrain.ui.view import (
     LOSS_SMOOTHING,
     derived_state,
@@ -45,7 +44,8 @@ PLOT_INTERVAL_S = 0.5  # charts at 2 Hz
 COLORS = ("primary", "warning")  # run A, run B (theme variables), as on the parity screen
 COLUMNS = """\
 run: preset (from the run's header) · run dir · status: running, completed, failed, stopped \
-(the end record), waiting (no file yet) · step: latest logged step · loss: train loss smoothed \
+(the end record), waiting (no file yet), silent (no end record, no line for 10 log \
+intervals) · step: latest logged step · loss: train loss smoothed \
 as on the dashboard (EMA {w}) · samples/s: median of the points held · val acc: latest \
 evaluation · B/A: B's median samples/s over A's · gap: B's val acc minus A's, in points"""
 
@@ -199,33 +199,6 @@ class OverlayChart(MetricChart):
         self.border_title = f"{self.title} · {legend}"
 
 
-class CompareHelp(ModalScreen[None]):
-    """The keys and what each column means; escape, q or ? closes it."""
-
-    BINDINGS = [Binding("escape,q,question_mark", "close", "Close help")]
-
-    def __init__(self, keys: Sequence[Binding]) -> None:
-        super().__init__()
-        self.keys = list(keys)
-
-    def compose(self) -> ComposeResult:
-        rows = binding_rows(self.keys, self.app.get_key_display)
-        width = max((len(keys) for keys, _, _ in rows), default=0)
-        lines = [
-            f"[b $accent]{escape(k):<{width}}[/]  {escape(tip or name)}" for k, name, tip in rows
-        ]
-        with Vertical(id="help-dialog", classes="dialog") as dialog:
-            dialog.border_title = "tuitrain watch --compare · keys"
-            dialog.border_subtitle = "escape closes"
-            with VerticalScroll():
-                yield Static("\n".join(lines))
-                columns = COLUMNS.format(w=LOSS_SMOOTHING)
-                yield Static(f"[$foreground-muted]{escape(columns)}[/]", id="help-columns")
-
-    def action_close(self) -> None:
-        self.dismiss(None)
-
-
 class CompareApp(App[int]):
     """Runs A and B: a table, B against A, and overlaid loss and throughput charts."""
 
@@ -295,5 +268,6 @@ class CompareApp(App[int]):
             chart.refresh_plot(self.sources, snaps)
 
     def action_help(self) -> None:
-        if not isinstance(self.screen, CompareHelp):
-            self.push_screen(CompareHelp(self.BINDINGS))
+        if not isinstance(self.screen, HelpScreen):
+            notes = COLUMNS.format(w=LOSS_SMOOTHING)
+            self.push_screen(HelpScreen(self.BINDINGS, "tuitrain watch --compare · keys", notes))

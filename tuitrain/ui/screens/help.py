@@ -33,13 +33,18 @@ def binding_rows(
 
 
 class HelpScreen(ModalScreen[None]):
-    """Lists every key with what it does; escape, q or ? closes it."""
+    """Lists every key with what it does, then a footnote (what the panels or columns mean);
+    escape, q or ? closes it. The dashboard and `watch --compare` both use it."""
 
     BINDINGS = [Binding("escape,q,question_mark", "close", "Close help")]
 
-    def __init__(self, bindings: Iterable[BindingType]) -> None:
+    def __init__(
+        self, bindings: Iterable[BindingType], title: str = "tuitrain · keys", notes: str = PANELS
+    ) -> None:
         super().__init__()
         self.app_bindings = list(bindings)
+        self.title_text = title
+        self.notes = notes
 
     def compose(self) -> ComposeResult:
         rows = binding_rows(self.app_bindings, self.app.get_key_display)
@@ -51,11 +56,11 @@ class HelpScreen(ModalScreen[None]):
             for keys, name, tip in rows
         ]
         with Vertical(id="help-dialog", classes="dialog") as dialog:
-            dialog.border_title = "tuitrain · keys"
+            dialog.border_title = self.title_text
             dialog.border_subtitle = "escape closes"
             with VerticalScroll():
                 yield Static("\n".join(lines), id="help-keys")
-                yield Static(f"[$foreground-muted]{escape(PANELS)}[/]", id="help-panels")
+                yield Static(f"[$foreground-muted]{escape(self.notes)}[/]", id="help-notes")
 
     def action_close(self) -> None:
         self.dismiss(None)
