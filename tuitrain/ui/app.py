@@ -37,7 +37,7 @@ from tuitrain.ui.screens.presets import PresetScreen
 from tuitrain.ui.screens.profile import ProfileScreen
 from tuitrain.ui.session import NEEDS_ENGINE, RunEnded, SessionApp
 from tuitrain.ui.terminal import native_stderr_to
-from tuitrain.ui.view import Frame, failure, format_duration, silence
+from tuitrain.ui.view import Frame, failure, format_duration, quiet_seconds, silence
 from tuitrain.ui.widgets.banner import Banner, failure_text
 from tuitrain.ui.widgets.datawait import DataWaitPanel
 from tuitrain.ui.widgets.events import EventLog
@@ -155,7 +155,8 @@ class TuitrainApp(SessionApp):
         snap = self.store.snapshot()
         host = self.host
         if host is None:
-            return Frame(snap, quiet_s=self.quiet_seconds())
+            quiet = quiet_seconds(self.watched_path) if self.watched_path is not None else None
+            return Frame(snap, silent_s=silence(snap, quiet))
         ctl = host.control
         elapsed = None
         if snap.end is not None and snap.end.get("elapsed_s") is not None:
@@ -164,15 +165,6 @@ class TuitrainApp(SessionApp):
             elapsed = time.monotonic() - host.started_at
         pausing = ctl.paused and ctl.state != "paused"
         return Frame(snap, ctl.state, pausing, True, self.host_memory, elapsed)
-
-    def quiet_seconds(self) -> float | None:
-        """Watch mode: seconds since the followed file last changed (None: not watching)."""
-        if self.watched_path is None:
-            return None
-        try:
-            return max(0.0, time.time() - self.watched_path.stat().st_mtime)
-        except OSError:
-            return None
 
     def poll_all(self) -> None:
         self.poll_text()
@@ -210,7 +202,7 @@ class TuitrainApp(SessionApp):
                 f"switching to preset [b]{self.pending_cfg.name}[/b]: waiting for the engine "
                 f"to finish its current step{past} and write its files…"
             )
-        elif (quiet := silence(frame.snap, frame.quiet_s)) is not None:
+        elif (quiet := frame.silent_s) is not None:
             run_dir = (frame.snap.header or {}).get("run_dir") or "DIR"
             banner.show(
                 f"no new record for {format_duration(quiet)}{past} and no end record: the run "

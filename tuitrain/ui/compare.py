@@ -12,7 +12,6 @@ width (the dashboard's way, `tuitrain.ui.widgets.panel.Panel`). Keys: `?` help, 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from tuitrain.ui.view import (
     derived_state,
     format_rate,
     median,
+    quiet_seconds,
     silence,
     smoothed_series,
 )
@@ -78,13 +78,6 @@ def run_label(snap: Snapshot, path: Path) -> str:
     where = path.parent.name if path.name == "metrics.jsonl" else path.name
     preset = (snap.header or {}).get("preset")
     return f"{preset} · {where}" if preset else where
-
-
-def quiet_seconds(path: Path) -> float | None:
-    try:
-        return max(0.0, time.time() - path.stat().st_mtime)
-    except OSError:
-        return None
 
 
 def summarize(snap: Snapshot, path: Path) -> RunSummary:

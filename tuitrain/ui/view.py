@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tuitrain.engine.verdicts import data_wait_verdict as engine_data_wait_verdict
@@ -105,6 +107,14 @@ def derived_state(snap: Snapshot) -> str:
 
 SILENT_FLOOR_S = 120.0  # watch: a run without an end record this quiet may have died
 SILENT_INTERVALS = 10  # ... or this many of its own log intervals, whichever is longer
+
+
+def quiet_seconds(path: Path) -> float | None:
+    """Seconds since `path` last changed (None when it cannot be read)."""
+    try:
+        return max(0.0, time.time() - path.stat().st_mtime)
+    except OSError:
+        return None
 
 
 def silence(snap: Snapshot, quiet_s: float | None) -> float | None:
@@ -292,7 +302,7 @@ class Frame:
     live: bool = False  # a run is hosted by this process (not watching records)
     host_memory: int | None = None  # physical memory of this machine, live CPU runs only
     elapsed_s: float | None = None  # wall time since the live run started
-    quiet_s: float | None = None  # watch mode: seconds since the watched file last changed
+    silent_s: float | None = None  # watch mode: how long a run without an end wrote nothing
 
 
 # ------------------------------------------------------------------------------ DDP ranks

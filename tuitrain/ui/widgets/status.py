@@ -11,7 +11,6 @@ from tuitrain.ui.view import (
     format_duration,
     progress,
     progress_bar,
-    silence,
 )
 from tuitrain.ui.widgets.panel import esc
 
@@ -47,7 +46,7 @@ class StatusBar(Static):
         snap = frame.snap
         header = snap.header or {}
         state = display_state(snap, frame.engine_state, pausing=frame.pausing)
-        if silence(snap, frame.quiet_s) is not None:
+        if frame.silent_s is not None:
             state = "silent"
         if stopping and state not in ("completed", "stopped", "failed"):
             state = "stopping"
@@ -84,7 +83,7 @@ class StatusBar(Static):
         frac = prog.fraction
         width = max(10, min(40, self.size.width - 66)) if self.size.width else 20
         pct = f"{frac * 100:3.0f}%" if frac is not None else "  —"
-        eta = None if silence(frame.snap, frame.quiet_s) is not None else prog.eta_s
+        eta = None if frame.silent_s is not None else prog.eta_s
         elapsed = (
             f"  [$foreground-muted]elapsed[/] {format_duration(frame.elapsed_s)}"
             if frame.elapsed_s is not None
