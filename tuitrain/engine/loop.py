@@ -12,6 +12,7 @@ import math
 import statistics
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +59,16 @@ class Trainer:
         self.dist, self.run_dir = dist, run_dir
         self.criterion = nn.CrossEntropyLoss()
         self.meter = IntervalMeter(parts.device, parts.precision, dist.world_size)
-        self.forward_clock: ForwardClock | None = None
-        if dist.world_size > 1:  # DDP: each rank's own forward time shows a straggler
-            self.forward_clock = self.meter.forward_clock = ForwardClock(parts.device)
-            if not parts.compiled:
-                self.forward_clock.attach(parts.model)
+        # DDP: each rank's own forward time shows a straggler. Hooks on the inner module,
+        # except under compile (they would break the graph): there the step times the call.
+        self.timed_forward: Callable[[], contextlib.AbstractContextManager[None]]
+        self.timed_forward = contextlib.nullcontext
+        if dist.world_size > 1:
+            clock = self.meter.forward_clock = ForwardClock(parts.device)
+            if parts.compiled:
+                self.timed_forward = clock.timed
+            else:
+                clock.attach(parts.model)
         self.profiler = StepProfiler(parts.device, run_dir)
         self.step = 0
         self.epoch = 0
@@ -97,7 +103,7 @@ class Trainer:
             # DDP: all-reduce the gradients only on the micro-batch that steps
             no_sync = p.ddp is not None and micro < accum - 1
             with p.ddp.no_sync() if no_sync else contextlib.nullcontext():  # type: ignore[union-attr]
-                with p.precision.autocast(), self.time_compiled_forward():
+                with p.precision.autocast(), self.timed_forward():
                     logits = model(x)
                     loss = self.criterion(logits, y)
                 if self.check_every_step and not torch.isfinite(loss):
@@ -115,13 +121,6 @@ class Trainer:
         self.lr = p.scheduler.get_last_lr()[0]  # the rate this step used (a Python float)
         p.scheduler.step()
         self.meter.steps += 1
-
-    def time_compiled_forward(self) -> contextlib.AbstractContextManager[None]:
-        """Under DDP + compile the clock's hooks would break the graph: time the call."""
-        clock = self.forward_clock
-        if clock is None or clock.handles:
-            return contextlib.nullcontext()
-        return clock.timed()
 
     def nonfinite_loss(self, loss: torch.Tensor) -> TrainingError:
         return TrainingError(
