@@ -71,6 +71,19 @@ def end_of(log: Path) -> str:
     return [line for line in log.read_text().splitlines() if line.startswith("end ")][-1]
 
 
+def rank0_app(overrides: list[str], run_dir: Path | None = None) -> TuitrainApp:
+    """Rank 0 as `run_app` builds it under torchrun: its process group, then the app."""
+    info = ddp.env_dist_info()
+    ddp.init_process_group(info, 60, "cpu")
+    cfg = load_preset("fashion-mini", overrides)
+    host = EngineHost(cfg, MetricStore(), run_dir=run_dir, dist=info)
+    return TuitrainApp(host=host, overrides=overrides)
+
+
+def both_ranks_reported(app: TuitrainApp) -> bool:
+    return len((app.store.snapshot().latest or {}).get("rank_busy_s") or []) == 2
+
+
 def throughput_text(app: TuitrainApp) -> str:
     return text_of(app.query_one("#throughput").query_one(".summary", Static))
 
@@ -81,15 +94,13 @@ async def test_rank0_ui_switches_and_stops_both_ranks(
     overrides = [*TINY_UI, "train.epochs=60", f'run.run_dir="{tmp_path / "first"}"']
     rank1 = start_rank1(two_ranks, overrides)
     try:
-        info = ddp.env_dist_info()
-        ddp.init_process_group(info, 60, "cpu")
-        cfg = load_preset("fashion-mini", overrides)
-        host = EngineHost(cfg, MetricStore(), run_dir=tmp_path / "first", dist=info)
-        app = TuitrainApp(host=host, overrides=overrides)
+        app = rank0_app(overrides, tmp_path / "first")
+        host = app.host
+        assert host is not None
         async with app.run_test(size=(120, 36)) as pilot:
             await wait_for(
                 pilot,
-                lambda: len((app.store.snapshot().latest or {}).get("rank_busy_s") or []) == 2,
+                lambda: both_ranks_reported(app),
                 timeout=90,
                 what="a train record gathered from both ranks",
             )
@@ -111,7 +122,7 @@ async def test_rank0_ui_switches_and_stops_both_ranks(
             )
             await wait_for(
                 pilot,
-                lambda: len((app.store.snapshot().latest or {}).get("rank_busy_s") or []) == 2,
+                lambda: both_ranks_reported(app),
                 timeout=90,
                 what="the new run's first record from both ranks",
             )
@@ -140,10 +151,9 @@ async def test_after_the_ddp_run_ends_a_switch_explains(
     overrides = [*TINY_UI, "train.epochs=1", f'run.run_dir="{tmp_path / "run"}"']
     rank1 = start_rank1(two_ranks, overrides)
     try:
-        info = ddp.env_dist_info()
-        ddp.init_process_group(info, 60, "cpu")
-        host = EngineHost(load_preset("fashion-mini", overrides), MetricStore(), dist=info)
-        app = TuitrainApp(host=host, overrides=overrides)
+        app = rank0_app(overrides)
+        host = app.host
+        assert host is not None
         async with app.run_test(size=(120, 36)) as pilot:
             said = record_notifications(app)
             await wait_for(pilot, lambda: host.ended.is_set(), timeout=90, what="the run's end")
