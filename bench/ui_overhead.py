@@ -14,10 +14,15 @@ against the launch of the session: time to the first frame.
 No-UI side: `python -m tuitrain --no-ui` with the same preset and overrides.
 
 Throughput on both sides is the engine's samples/s from metrics.jsonl, first interval and
-epoch-end intervals left out. Pairs alternate order. Prints ratio UI / no-UI, latency p50/p95,
-and where the UI's CPU goes: the app's main thread and the tmux server, in cores used from
-mount to the run's end (from /proc). --threads sets OMP_NUM_THREADS on both sides; --switch
-sets sys.setswitchinterval in the UI process (a GIL experiment).
+epoch-end intervals left out. Pairs alternate order. The pairs press no keys and the parent only
+checks once a second whether the tmux session is still there (a user watching a run presses
+nothing; `tmux send-keys` 4 times a second and reading the run's file would be the bench's own
+load on the UI side only); the key latency comes from --latency-runs extra UI runs that do
+press `z` (their throughput is reported apart, not in the ratio). Prints ratio UI / no-UI,
+latency p50/p95, and where the UI's CPU goes: the app's main thread and the tmux server, in
+cores used from mount to the run's end (from /proc). --threads sets OMP_NUM_THREADS on both
+sides; --switch sets sys.setswitchinterval in the UI process (a GIL experiment);
+--text-interval / --plot-interval replace the app's refresh intervals (an A/B of defaults).
 """
 
 from __future__ import annotations
@@ -51,11 +56,23 @@ def cpu_s(stat: Path) -> float:
 
 
 def child_ui(
-    preset: str, overrides: list[str], run_dir: str, ping_file: str, switch: float | None
+    preset: str,
+    overrides: list[str],
+    run_dir: str,
+    ping_file: str,
+    switch: float | None,
+    rates: tuple[float | None, float | None] = (None, None),
 ) -> int:
     """Runs inside tmux: the app as run_app builds it, plus the hidden `z` ping binding."""
     if switch:
         sys.setswitchinterval(switch)  # how long a thread may keep the GIL when another waits
+    import tuitrain.ui.app as app_module
+
+    text_s, plot_s = rates  # refresh intervals other than the app's (an A/B of the defaults)
+    if text_s:
+        app_module.TEXT_INTERVAL_S = text_s
+    if plot_s:
+        app_module.PLOT_INTERVAL_S = plot_s
     from textual.binding import Binding
 
     from tuitrain.config import load_preset
@@ -121,7 +138,9 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def measure_ui(args: argparse.Namespace, overrides: list[str], tmp: Path, r: int) -> dict:
+def measure_ui(
+    args: argparse.Namespace, overrides: list[str], tmp: Path, r: int | str, press: bool
+) -> dict:
     run_dir, pings = tmp / f"ui-{r}", tmp / f"pings-{r}.txt"
     me = [
         sys.executable,
@@ -138,6 +157,10 @@ def measure_ui(args: argparse.Namespace, overrides: list[str], tmp: Path, r: int
         me += ["--set", o]
     if args.switch:
         me += ["--switch", str(args.switch)]
+    if args.text_interval:
+        me += ["--text-interval", str(args.text_interval)]
+    if args.plot_interval:
+        me += ["--plot-interval", str(args.plot_interval)]
     if args.threads:
         me = ["env", f"OMP_NUM_THREADS={args.threads}", *me]
     session = f"ui{r}"
@@ -163,6 +186,11 @@ def measure_ui(args: argparse.Namespace, overrides: list[str], tmp: Path, r: int
     deadline = launched + args.timeout
     total = None
     while time.monotonic() < deadline:
+        if not press:  # a watching user: nothing to do but wait for the app to exit
+            time.sleep(1.0)
+            if tmux("has-session", "-t", session).returncode != 0:
+                break
+            continue
         time.sleep(random.uniform(0.15, 0.35))
         records = read_records(run_dir / "metrics.jsonl")
         header = next((x for x in records if x["type"] == "header"), None)
@@ -238,6 +266,11 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS for both sides")
     parser.add_argument("--switch", type=float, help="sys.setswitchinterval in the UI process")
+    parser.add_argument("--text-interval", type=float, help="the app's text refresh, seconds")
+    parser.add_argument("--plot-interval", type=float, help="the app's chart refresh, seconds")
+    parser.add_argument(
+        "--latency-runs", type=int, default=2, help="extra UI runs pressing z (key latency)"
+    )
     parser.add_argument("--cols", type=int, default=120)
     parser.add_argument("--rows", type=int, default=40)
     parser.add_argument("--timeout", type=float, default=600)
@@ -246,23 +279,33 @@ def main() -> None:
     parser.add_argument("--ping-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_ui:
-        sys.exit(child_ui(args.preset, args.overrides, args.run_dir, args.ping_file, args.switch))
+        rates = (args.text_interval, args.plot_interval)
+        sys.exit(
+            child_ui(args.preset, args.overrides, args.run_dir, args.ping_file, args.switch, rates)
+        )
     overrides = [*OVERRIDES, *args.overrides]
     ui: list[dict[str, Any]] = []
     noui: list[dict[str, Any]] = []
+    pressed: list[dict[str, Any]] = []  # the latency runs
     with tempfile.TemporaryDirectory(prefix="tuitrain-ui-bench-") as name:
         tmp = Path(name)
         for r in range(args.repeats):
             for side in ("ui", "noui") if r % 2 == 0 else ("noui", "ui"):
                 if side == "ui":
-                    ui.append(measure_ui(args, overrides, tmp, r))
+                    ui.append(measure_ui(args, overrides, tmp, r, press=False))
                     out = ui[-1]
-                    extra = f", {len(out['latencies'])}/{out['sends']} keys handled"
                 else:
                     noui.append(measure_noui(args, overrides, tmp, r))
-                    out, extra = noui[-1], ""
-                note(f"pair {r} {side}: {out['samples_per_s']:.0f} samples/s{extra}")
-    latencies = [1e3 * x for o in ui for x in o["latencies"]]
+                    out = noui[-1]
+                note(f"pair {r} {side}: {out['samples_per_s']:.0f} samples/s")
+        for r in range(args.latency_runs):
+            pressed.append(measure_ui(args, overrides, tmp, f"keys-{r}", press=True))
+            out = pressed[-1]
+            note(
+                f"latency run {r}: {out['samples_per_s']:.0f} samples/s, "
+                f"{len(out['latencies'])}/{out['sends']} keys handled"
+            )
+    latencies = [1e3 * x for o in pressed for x in o["latencies"]]
     emit(
         {
             "item": "4 UI overhead (app in tmux vs --no-ui) and key-to-handler latency",
@@ -273,6 +316,10 @@ def main() -> None:
             "terminal": f"tmux {args.cols}x{args.rows}",
             "omp_num_threads": args.threads or "torch default",
             "ui_switch_interval_s": args.switch or "python default (0.005)",
+            "ui_refresh_s": {
+                "text": args.text_interval or "app default",
+                "plots": args.plot_interval or "app default",
+            },
             "ui_samples_per_s": spread([o["samples_per_s"] for o in ui], 1),
             "noui_samples_per_s": spread([o["samples_per_s"] for o in noui], 1),
             "ratio_ui_over_noui": spread(
@@ -283,14 +330,17 @@ def main() -> None:
                 "p95": round(percentile(latencies, 95) or 0, 1),
                 "max": round(max(latencies, default=0), 1),
                 "n": len(latencies),
-                "sent": sum(o["sends"] for o in ui),
+                "sent": sum(o["sends"] for o in pressed),
             },
-            "tmux_send_keys_ms": spread([1e3 * x for o in ui for x in o["send_cost"]], 1),
+            "latency_runs_samples_per_s": spread([o["samples_per_s"] for o in pressed], 1),
+            "tmux_send_keys_ms": spread([1e3 * x for o in pressed for x in o["send_cost"]], 1),
             "cpu_cores_used": {
                 name: spread([o["cpu"][name] for o in ui if name in o["cpu"]], 3)
                 for name in ("ui_main_thread", "engine_and_torch_threads", "tmux_server")
             },
-            "first_frame_s": spread([o["first_frame_s"] for o in ui if o["first_frame_s"]], 2),
+            "first_frame_s": spread(
+                [o["first_frame_s"] for o in ui + pressed if o["first_frame_s"]], 2
+            ),
             "goal": "ratio >= 0.95; key latency p95 < 50 ms",
         }
     )

@@ -14,7 +14,7 @@ from textual.widgets import OptionList, Static
 from tests.ui.pilot_tools import text_of, wait_for
 from tuitrain.config import load_preset
 from tuitrain.metrics.store import MetricStore
-from tuitrain.ui.app import TuitrainApp
+from tuitrain.ui.app import TEXT_INTERVAL_S, TuitrainApp
 from tuitrain.ui.host import EngineHost
 from tuitrain.ui.screens.help import HelpScreen
 from tuitrain.ui.screens.presets import PresetScreen
@@ -47,7 +47,7 @@ async def test_panels_show_values(ui_overrides: Callable[..., list[str]]) -> Non
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for(pilot, lambda: app.store.snapshot().last_eval is not None, what="an eval")
         await wait_for(pilot, lambda: app.host is not None and not app.host.alive, what="the end")
-        await pilot.pause(0.3)  # one more text tick
+        await pilot.pause(TEXT_INTERVAL_S + 0.1)  # one more text tick
         status = text_of(app.query_one(StatusBar))
         assert "fashion-mini" in status and "step 16/16" in status
         assert "COMPLETED" in status

@@ -107,7 +107,7 @@ async def test_compare_follows_a_live_run_against_a_finished_one(tmp_path: Path)
             comparison = text_of(app.comparison)
             assert "B/A ×1.25" in comparison  # median samples/s, B over A
             assert "B−A -0.42 pt" in comparison and "not final" not in comparison
-            # The charts catch up at 2 Hz, from B's latest series (A's header, loss, B's...).
+            # The charts catch up at 1 Hz, from B's latest series (A's header, loss, B's...).
             b_loss = srcs[1].store.snapshot().series["loss"]
             await wait_for(pilot, lambda: app.charts[0]._data[3] is b_loss, what="B's curve")
             assert app.charts[0]._data[3].xs[-1] == STEPS

@@ -1,7 +1,7 @@
 """The Textual app: a live dashboard over one hosted run, plus the keys that steer it.
 
 `run_app(cfg, overrides)` is what `tuitrain` runs in a terminal. The engine runs in the
-`EngineHost`'s thread; the app polls the store on timers (text 5 Hz, plots 2 Hz, each only
+`EngineHost`'s thread; the app polls the store on timers (text 2 Hz, plots 1 Hz, each only
 when the data changed) and hears about the run's end through a posted `RunEnded` message.
 Built with `host=None` it only watches the store it is given (snapshot tests, `watch`).
 
@@ -52,8 +52,12 @@ from tuitrain.ui.widgets.throughput import ThroughputPanel
 if TYPE_CHECKING:
     from tuitrain.engine.setup import DistInfo
 
-TEXT_INTERVAL_S = 0.2  # text at 5 Hz
-PLOT_INTERVAL_S = 0.5  # plots at 2 Hz
+# Refresh rates. The UI's work holds the GIL that the engine thread needs between two torch
+# ops, so on a CPU it costs training about 1.5x its own CPU share (BENCHMARKS.md item 4):
+# 2 Hz / 1 Hz took the app's main thread from 0.049 to 0.036 cores on the default preset.
+# Keys do not wait for a tick: actions refresh the view at once.
+TEXT_INTERVAL_S = 0.5  # text at 2 Hz
+PLOT_INTERVAL_S = 1.0  # plots at 1 Hz
 PROFILE_STEPS = 20
 JOIN_TIMEOUT_S = 30.0  # after the app exits, how long run_app waits for the engine thread
 QUIT_TIP = "Stop at a step boundary, finish writing, exit (press again: exit now)"

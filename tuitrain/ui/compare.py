@@ -4,7 +4,7 @@ Each run has its own `MetricStore`, fed by its own `JsonlFollower` (built by
 `tuitrain.watch`), so a live run keeps updating. The app shows one row per run (label,
 status, latest step, smoothed loss, median samples/s, last validation accuracy), B against A
 (median throughput ratio, validation-accuracy gap), and two charts with both runs overlaid:
-smoothed train loss and samples/s, per step. Text is polled at 5 Hz and the charts at 2 Hz,
+smoothed train loss and samples/s, per step. Text is polled at 2 Hz and the charts at 1 Hz,
 each redrawn only when something it shows changed, from series decimated to the chart's
 width (the dashboard's way, `tuitrain.ui.widgets.panel.Panel`). Keys: `?` help, `q` quit.
 """
@@ -39,8 +39,8 @@ from tuitrain.ui.widgets.chart import Line, MetricChart, format_tick
 from tuitrain.ui.widgets.panel import same_objects
 from tuitrain.ui.widgets.status import STATE_STYLE
 
-TEXT_INTERVAL_S = 0.2  # text at 5 Hz
-PLOT_INTERVAL_S = 0.5  # charts at 2 Hz
+TEXT_INTERVAL_S = 0.5  # text at 2 Hz, as the dashboard
+PLOT_INTERVAL_S = 1.0  # charts at 1 Hz
 COLORS = ("primary", "warning")  # run A, run B (theme variables), as on the parity screen
 COLUMNS = """\
 run: preset (from the run's header) · run dir · status: running, completed, failed, stopped \

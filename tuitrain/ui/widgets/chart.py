@@ -5,9 +5,10 @@ milliseconds at that size, against ~40 ms for 2,000 raw points.
 
 Rendering: plotext's output is ANSI text with 24-bit colours only (the app's "auto" plotext
 theme is RGB). Textual's generic path (`Text.from_ansi`, then Content wrapping and
-formatting) cost as much as plotext's own build, at 2 Hz per chart, so `render_line` turns the
-ANSI lines into strips directly, with the same segments and styles (offsets included, for
-text selection) as the generic path; anything unexpected falls back to it.
+formatting) cost as much as plotext's own build, at every redraw of every chart, so
+`render_line` turns the ANSI lines into strips directly, with the same segments and styles
+(offsets included, for text selection) as the generic path; anything unexpected falls back
+to it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Panel: the base of the metric panels, a summary line or two above a chart.
 
-The app calls `refresh_text(frame)` at up to 5 Hz and `refresh_plot(snapshot)` at up to 2 Hz;
+The app calls `refresh_text(frame)` at up to 2 Hz and `refresh_plot(snapshot)` at up to 1 Hz;
 both return at once when nothing they show has changed. In compact layouts (80x24) the CSS
 hides the chart and shows a one-line sparkline of the same series instead.
 """
