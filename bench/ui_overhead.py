@@ -62,8 +62,13 @@ def child_ui(
     ping_file: str,
     switch: float | None,
     rates: tuple[float | None, float | None] = (None, None),
+    windows: float | None = None,
 ) -> int:
-    """Runs inside tmux: the app as run_app builds it, plus the hidden `z` ping binding."""
+    """Runs inside tmux: the app as run_app builds it, plus the hidden `z` ping binding.
+
+    With `windows`, the app's two refresh timers are paused and resumed every `windows`
+    seconds (`window on|off <time> <main-thread CPU s>` lines) and every train record is
+    stamped as the store receives it (`train <time> <samples> <samples/s> <step>`)."""
     if switch:
         sys.setswitchinterval(switch)  # how long a thread may keep the GIL when another waits
     import tuitrain.ui.app as app_module
@@ -85,15 +90,50 @@ def child_ui(
     app_dir = Path(sys.modules[TuitrainApp.__module__].__file__ or "").parent
     css = TuitrainApp.CSS_PATH or []
 
+    class StampedStore(MetricStore):
+        def push(self, record: Any) -> None:
+            if windows and record.get("type") == "train":
+                stamp = f"{time.monotonic()} {record['samples']} {record['samples_per_s']}"
+                pings.write(f"train {stamp} {record['step']}\n")
+            super().push(record)
+
     class PingApp(TuitrainApp):
         # CSS paths resolve next to the class's module: point them back at tuitrain/ui/
         CSS_PATH = [app_dir / c for c in ([css] if isinstance(css, (str, Path)) else css)]
         BINDINGS = [*TuitrainApp.BINDINGS, Binding("z", "bench_ping", show=False)]
+        refresh_timers: list[Any]
+        refreshing = True
+
+        def set_interval(self, interval: float, callback: Any = None, **kwargs: Any) -> Any:
+            timer = super().set_interval(interval, callback, **kwargs)
+            if callback in (self.poll_text, self.poll_plots):  # the app's refresh timers
+                self.refresh_timers.append(timer)
+            return timer
 
         def on_mount(self) -> None:
+            self.refresh_timers = []
             super().on_mount()
             self.call_after_refresh(lambda: pings.write(f"frame {time.monotonic()}\n"))
             self.cpu0, self.t0 = self.cpu_now(), time.monotonic()
+            if windows:
+                pings.write(f"window on {self.t0} {self.cpu0[0]}\n")
+                self.next_toggle()
+
+        def next_toggle(self) -> None:
+            """Windows of 0.75-1.25 x `windows` seconds: a fixed length would keep the same
+            phase to the refresh timers (3 s is a multiple of both), so the render of a tick
+            fired just before every switch-off would always land in an off window."""
+            assert windows
+            self.set_timer(random.uniform(0.75, 1.25) * windows, self.toggle_refresh)
+
+        def toggle_refresh(self) -> None:
+            """Freeze or thaw the dashboard: the app stays attached, only its timers stop."""
+            self.refreshing = not self.refreshing
+            for timer in self.refresh_timers:
+                timer.resume() if self.refreshing else timer.pause()
+            state = "on" if self.refreshing else "off"
+            pings.write(f"window {state} {time.monotonic()} {self.cpu_now()[0]}\n")
+            self.next_toggle()
 
         @staticmethod
         def cpu_now() -> tuple[float, float]:
@@ -114,11 +154,13 @@ def child_ui(
                 "engine_and_torch_threads": (everything - main) / wall,
             }
             pings.write(f"cpu {json.dumps(share)}\n")
+            if windows:
+                pings.write(f"window end {time.monotonic()} {main1}\n")
             super().on_run_ended(message)
             self.exit(0)
 
     cfg = load_preset(preset, overrides)
-    host = EngineHost(cfg, MetricStore(), run_dir=Path(run_dir))
+    host = EngineHost(cfg, StampedStore(), run_dir=Path(run_dir))
     code = PingApp(host=host, overrides=overrides).run()
     host.join(30)
     return code or 0
@@ -161,6 +203,8 @@ def measure_ui(
         me += ["--text-interval", str(args.text_interval)]
     if args.plot_interval:
         me += ["--plot-interval", str(args.plot_interval)]
+    if args.windows:
+        me += ["--windows", str(args.windows)]
     if args.threads:
         me = ["env", f"OMP_NUM_THREADS={args.threads}", *me]
     session = f"ui{r}"
@@ -221,7 +265,10 @@ def measure_ui(
         if i < len(handled):
             latencies.append(handled[i] - t0)
             i += 1
-    stats = train_stats(read_records(run_dir / "metrics.jsonl"), skip=1)
+    records = read_records(run_dir / "metrics.jsonl")
+    stats = train_stats(records, skip=1)
+    if args.windows:
+        stats["windows"] = window_figures(lines, records)
     stats.update(
         cpu=cpu,
         latencies=latencies,
@@ -230,6 +277,45 @@ def measure_ui(
         first_frame_s=frames[0] - launched if frames else None,
     )
     return stats
+
+
+def window_figures(lines: list[str], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Samples/s and main-thread CPU in the refresh-on against the refresh-off windows.
+
+    A train interval (from the store's stamp back by its samples / samples/s) counts for a
+    window when it lies wholly inside it; the first interval (warm-up) and intervals across
+    an epoch end are left out, as in `train_stats`."""
+    header = next((r for r in records if r.get("type") == "header"), {})
+    per_epoch = int(header.get("steps_per_epoch") or 0)
+    marks = [x.split() for x in lines if x.startswith("window ")]
+    bounds = [(float(t), state, float(cpu)) for _, state, t, cpu in marks]
+    trains = [tuple(map(float, x.split()[1:])) for x in lines if x.startswith("train ")]
+    acc = {"on": [0.0, 0.0, 0.0, 0.0, 0], "off": [0.0, 0.0, 0.0, 0.0, 0]}
+    for (t0, state, cpu0), (t1, _, cpu1) in zip(bounds, bounds[1:], strict=False):
+        if state in acc:
+            acc[state][2] += cpu1 - cpu0  # main-thread CPU seconds in the window
+            acc[state][3] += t1 - t0
+    for (_, s0, _, st0), (t, s1, sps, st1) in zip(trains, trains[1:], strict=False):
+        if per_epoch and (st1 - 1) // per_epoch != st0 // per_epoch:
+            continue
+        n = s1 - s0
+        start = t - n / sps
+        for (w0, state, _), (w1, _, _) in zip(bounds, bounds[1:], strict=False):
+            if w0 <= start and t <= w1 and state in acc:
+                acc[state][0] += n
+                acc[state][1] += n / sps
+                acc[state][4] += 1
+                break
+    out: dict[str, Any] = {}
+    for state, (n, wall, cpu, span, count) in acc.items():
+        out[state] = {
+            "samples_per_s": n / wall if wall else None,
+            "intervals": count,
+            "ui_main_thread_cores": cpu / span if span else None,
+        }
+    on, off = out["on"]["samples_per_s"], out["off"]["samples_per_s"]
+    out["ratio_on_over_off"] = on / off if on and off else None
+    return out
 
 
 def measure_noui(args: argparse.Namespace, overrides: list[str], tmp: Path, r: int) -> dict:
@@ -271,6 +357,12 @@ def main() -> None:
     parser.add_argument(
         "--latency-runs", type=int, default=2, help="extra UI runs pressing z (key latency)"
     )
+    parser.add_argument(
+        "--windows",
+        type=float,
+        help="instead of UI/no-UI pairs: --repeats UI runs whose refresh timers stop and "
+        "start every WINDOWS seconds; compares the on and off windows within each run",
+    )
     parser.add_argument("--cols", type=int, default=120)
     parser.add_argument("--rows", type=int, default=40)
     parser.add_argument("--timeout", type=float, default=600)
@@ -280,16 +372,31 @@ def main() -> None:
     args = parser.parse_args()
     if args.child_ui:
         rates = (args.text_interval, args.plot_interval)
-        sys.exit(
-            child_ui(args.preset, args.overrides, args.run_dir, args.ping_file, args.switch, rates)
+        code = child_ui(
+            args.preset,
+            args.overrides,
+            args.run_dir,
+            args.ping_file,
+            args.switch,
+            rates,
+            args.windows,
         )
+        sys.exit(code)
     overrides = [*OVERRIDES, *args.overrides]
     ui: list[dict[str, Any]] = []
     noui: list[dict[str, Any]] = []
     pressed: list[dict[str, Any]] = []  # the latency runs
     with tempfile.TemporaryDirectory(prefix="tuitrain-ui-bench-") as name:
         tmp = Path(name)
-        for r in range(args.repeats):
+        for r in range(args.repeats if args.windows else 0):
+            ui.append(measure_ui(args, overrides, tmp, r, press=False))
+            w = ui[-1]["windows"]
+            note(
+                f"run {r}: on {w['on']['samples_per_s']:.0f} / off {w['off']['samples_per_s']:.0f}"
+                f" samples/s = {w['ratio_on_over_off']:.3f} ({w['on']['intervals']} / "
+                f"{w['off']['intervals']} intervals)"
+            )
+        for r in range(0 if args.windows else args.repeats):
             for side in ("ui", "noui") if r % 2 == 0 else ("noui", "ui"):
                 if side == "ui":
                     ui.append(measure_ui(args, overrides, tmp, r, press=False))
@@ -323,8 +430,24 @@ def main() -> None:
             "ui_samples_per_s": spread([o["samples_per_s"] for o in ui], 1),
             "noui_samples_per_s": spread([o["samples_per_s"] for o in noui], 1),
             "ratio_ui_over_noui": spread(
-                [u["samples_per_s"] / n["samples_per_s"] for u, n in zip(ui, noui, strict=True)]
+                [u["samples_per_s"] / n["samples_per_s"] for u, n in zip(ui, noui, strict=False)]
             ),
+            "windows_s": args.windows,
+            "window_ratio_on_over_off": spread(
+                [u["windows"]["ratio_on_over_off"] for u in ui if "windows" in u]
+            ),
+            "window_samples_per_s": {
+                state: spread(
+                    [u["windows"][state]["samples_per_s"] for u in ui if "windows" in u], 1
+                )
+                for state in ("on", "off")
+            },
+            "window_ui_main_thread_cores": {
+                state: spread(
+                    [u["windows"][state]["ui_main_thread_cores"] for u in ui if "windows" in u], 3
+                )
+                for state in ("on", "off")
+            },
             "key_latency_ms": {
                 "p50": round(percentile(latencies, 50) or 0, 1),
                 "p95": round(percentile(latencies, 95) or 0, 1),

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tuitrain.engine.loop import STRAGGLER_QUIET, Trainer
 from tuitrain.engine.verdicts import straggler
-from tuitrain.ui.view import MAX_RANK_ROWS, rank_rows, rank_table
+from tuitrain.ui.view import MAX_RANK_ROWS, rank_note, rank_rows, rank_table
 
 
 def test_straggler_rule() -> None:
@@ -67,3 +69,64 @@ def test_many_ranks_show_the_slowest_and_a_count() -> None:
     assert len(rows) == MAX_RANK_ROWS - 1 and rest == 8 - len(rows)
     assert rows[0].rank == 5 and rows[0].straggler
     assert "more ranks" in rank_table({"rank_step_time_s": [0.2] * 8, "rank_busy_s": busy})
+
+
+def test_forward_clock_counts_training_forwards_only() -> None:
+    """The evaluation between epochs runs the same module in eval mode: not the step's work."""
+    import time
+
+    import torch
+    from torch import nn
+
+    from tuitrain.engine.ranktime import ForwardClock
+
+    class Slow(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            time.sleep(0.01 if self.training else 0.2)
+            return x
+
+    module, clock = Slow(), ForwardClock(torch.device("cpu"))
+    clock.attach(module)
+    module(torch.zeros(1))
+    module.eval()
+    for _ in range(2):
+        module(torch.zeros(1))
+    seconds = clock.read()
+    assert 0.01 <= seconds < 0.2  # one training forward, none of the two eval ones (0.2 s each)
+    module.train()
+    module(torch.zeros(1))
+    assert clock.read() >= 0.01 and clock.read() == 0.0  # read() resets
+    clock.detach()
+    module(torch.zeros(1))
+    assert clock.read() == 0.0
+
+
+@pytest.mark.gpu
+def test_forward_clock_reuses_cuda_events() -> None:
+    import torch
+    from torch import nn
+
+    from tuitrain.engine.ranktime import ForwardClock
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    module, clock = nn.Linear(64, 64).cuda(), ForwardClock(torch.device("cuda"))
+    clock.attach(module)
+    x = torch.randn(32, 64, device="cuda")
+    for _ in range(3):
+        module(x)
+    torch.cuda.synchronize()
+    events = {id(e) for pair in clock._events for e in pair}
+    assert len(events) == 6 and clock.read() > 0
+    for _ in range(3):
+        module(x)
+    torch.cuda.synchronize()
+    assert {id(e) for pair in clock._events for e in pair} == events  # the same six again
+    assert clock.read() > 0
+
+
+def test_rank_note_for_compact_layouts() -> None:
+    assert rank_note({"rank_step_time_s": [0.2]}) == ""  # one process
+    assert rank_note({"rank_step_time_s": [0.2] * 2, "rank_busy_s": [0.1, 0.1]}) == "2 ranks even"
+    note = rank_note({"rank_step_time_s": [0.2] * 8, "rank_busy_s": [0.1] * 7 + [0.3]})
+    assert "rank 7 straggler 3.00× median" in note  # found even when the table leaves rows out

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 from textual.binding import Binding
-from textual.widgets import Sparkline
+from textual.widgets import Sparkline, Static
 
 from tests.ui.fake_records import filled_store
 from tests.ui.pilot_tools import record_notifications, text_of, wait_for
@@ -155,3 +155,31 @@ async def test_plots_redraw_only_on_new_data_and_decimated(
         store.push({"type": "train", "step": 2002, "loss": 0.3, "samples_per_s": 4e4})
         app.poll_plots()
         assert len(draws) == first + 2, "only the loss and throughput charts have new data"
+
+
+async def test_compact_layout_keeps_the_straggler() -> None:
+    """At 80x24 the per-rank table does not fit in the two summary lines: the straggler moves
+    into one note, at the front of the second line, and comes back as the table when wide."""
+    store = filled_store(precision="bf16", device="cpu", steps=40)
+    latest = dict(store.snapshot().latest or {})
+    latest.update(step=latest["step"] + 10, rank_step_time_s=[0.2, 0.2], rank_busy_s=[0.1, 0.2])
+    store.push(latest)
+    app = TuitrainApp(store=store)
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.poll_all()
+        await pilot.pause()
+        wide = text_of(app.query_one("#throughput").query_one(".summary", Static))
+        assert "data+fwd" in wide and "⚠ straggler" in wide  # the table
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        app.poll_all()
+        await pilot.pause()
+        summary = app.query_one("#throughput").query_one(".summary", Static)
+        compact = text_of(summary).split("\n")
+        assert len(compact) == 2 and compact[1].startswith("⚠ rank 1 straggler 1.33× median")
+        assert summary.region.height == 2  # nothing cut by the max-height
+        await pilot.resize_terminal(160, 48)
+        await pilot.pause()
+        app.poll_all()
+        await pilot.pause()
+        assert "data+fwd" in text_of(app.query_one("#throughput").query_one(".summary", Static))

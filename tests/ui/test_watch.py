@@ -160,3 +160,38 @@ def test_silence_scales_with_the_log_interval() -> None:
     assert silence(store.snapshot(), 11 * 60.0 * log_every) is not None
     store.push({"type": "end", "status": "completed", "step": slow["step"]})
     assert silence(store.snapshot(), 10**6) is None  # ended runs are never silent
+
+
+def test_event_log_order_from_a_file(tmp_path: Path) -> None:
+    """`watch` reads records without the dashboard's arrival stamps: the event log still
+    lists them as they happened (by step, an epoch's evaluation before its checkpoint)."""
+    from tuitrain.ui.widgets.events import ordered_records
+
+    def event(message: str, **extra: object) -> dict:
+        return {"type": "event", "level": "info", "message": message, **extra}
+
+    lines = [
+        header("bf16", "cpu", total_steps=46),
+        event("fp16 is emulated here"),  # no step: before everything else
+        *[r for r in records("bf16", "cpu", steps=23) if r["type"] == "train"],
+        {"type": "eval", "step": 23, "epoch": 1.0, "val_loss": 0.5, "val_acc": 0.8},
+        event("checkpoint 23", step=23, kind="checkpoint"),
+        event("straggler", step=40),
+        event("no step: after the straggler"),
+        {"type": "eval", "step": 46, "epoch": 2.0, "val_loss": 0.4, "val_acc": 0.85},
+        event("checkpoint 46", step=46, kind="checkpoint"),
+    ]
+    path = tmp_path / "metrics.jsonl"
+    write_lines(path, lines)
+    store = MetricStore()
+    JsonlFollower(path, store).poll()
+    order = [r.get("message") or f"eval {r['step']}" for r in ordered_records(store.snapshot())]
+    assert order == [
+        "fp16 is emulated here",
+        "eval 23",
+        "checkpoint 23",
+        "straggler",
+        "no step: after the straggler",
+        "eval 46",
+        "checkpoint 46",
+    ]

@@ -8,7 +8,9 @@ collective, is outside the measure); under torch.compile hooks would break the g
 loop times the whole forward call instead (`timed()`).
 
 On CPU the hooks read `time.perf_counter` (the forward is synchronous); on CUDA they record
-events, read after the log point's sync: no host sync per step.
+events, read after the log point's sync: no host sync per step, and the events are reused from
+one interval to the next (no allocation per step). Forwards in eval mode (the evaluation
+between epochs) are not counted.
 """
 
 from __future__ import annotations
@@ -28,12 +30,20 @@ class ForwardClock:
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
         self.handles: list[Any] = []
-        self.reset()
+        self._free: list[Any] = []  # CUDA events read already, ready to record again
+        self._events: list[tuple[Any, Any]] = []  # (start, end) per forward of the interval
+        self._started: Any = None
+        self._seconds = 0.0
 
     def attach(self, module: nn.Module) -> None:
-        """Time every forward of `module` (not compiled: hooks run eagerly)."""
+        """Time every training-mode forward of `module` (not compiled: hooks run eagerly)."""
+
+        def pre_hook(mod: nn.Module, *_: Any) -> None:
+            if mod.training:  # the evaluation's forwards are not the step's work
+                self.start()
+
         self.handles = [
-            module.register_forward_pre_hook(lambda *_: self.start()),
+            module.register_forward_pre_hook(pre_hook),
             module.register_forward_hook(lambda *_: self.stop()),
         ]
 
@@ -42,14 +52,12 @@ class ForwardClock:
             handle.remove()
         self.handles = []
 
-    def reset(self) -> None:
-        self._seconds = 0.0
-        self._events: list[tuple[Any, Any]] = []
-        self._started: Any = None
+    def event(self) -> Any:
+        return self._free.pop() if self._free else torch.cuda.Event(enable_timing=True)
 
     def start(self) -> None:
         if self.cuda:
-            self._started = torch.cuda.Event(enable_timing=True)
+            self._started = self.event()
             self._started.record()
         else:
             self._started = time.perf_counter()
@@ -58,7 +66,7 @@ class ForwardClock:
         if self._started is None:
             return
         if self.cuda:
-            end = torch.cuda.Event(enable_timing=True)
+            end = self.event()
             end.record()
             self._events.append((self._started, end))
         else:
@@ -73,6 +81,17 @@ class ForwardClock:
             yield
         finally:
             self.stop()
+
+    def reset(self) -> None:
+        """Drop the interval's figures; its CUDA events go back to the pool (recording an
+        event again is allowed whether or not its earlier record has completed)."""
+        self._seconds = 0.0
+        for pair in self._events:
+            self._free.extend(pair)
+        self._events = []
+        if self.cuda and self._started is not None:
+            self._free.append(self._started)
+        self._started = None
 
     def read(self) -> float:
         """Forward seconds since the last reset (CUDA: call after a sync), then reset."""

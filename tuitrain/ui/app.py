@@ -143,6 +143,7 @@ class TuitrainApp(SessionApp):
         footer = self.footer
         footer.compact = event.size.width < 100
         footer.show_command_palette = event.size.width >= 100
+        self._text_version = -1  # summaries depend on the layout (compact or not): redo them
 
     def reset_view(self) -> None:
         for panel in self.panels:

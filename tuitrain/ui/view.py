@@ -348,6 +348,18 @@ def rank_rows(latest: Record | None) -> tuple[list[RankRow], int]:
     return shown, len(rows) - len(shown)
 
 
+def rank_note(latest: Record | None) -> str:
+    """One line for compact layouts, where the table does not fit: the straggler when there
+    is one, else how many ranks are even ('' for one process)."""
+    rows, rest = rank_rows(latest)
+    if not rows:
+        return ""
+    slow = next((row for row in rows if row.straggler), None)
+    if slow is not None:
+        return f"[$warning]⚠ rank {slow.rank} straggler {slow.vs_median:.2f}× median[/]"
+    return f"{len(rows) + rest} ranks even"
+
+
 def rank_table(latest: Record | None) -> str:
     """Content markup: a per-rank table with the straggler flagged ('' for one process)."""
     rows, rest = rank_rows(latest)

@@ -28,11 +28,23 @@ MAX_BURST = 200  # more new records at once (watch opening a long run): the newe
 
 
 def ordered_records(snap: Snapshot) -> list[Record]:
-    """Events and evals in arrival order (records without a stamp: events, then evals)."""
-    items = [*snap.events, *snap.evals]
-    keyed = [(rec.get(SEQ_KEY, -1), i, rec) for i, rec in enumerate(items)]
-    keyed.sort(key=lambda t: (t[0], t[1]))
-    return [rec for _seq, _i, rec in keyed]
+    """Events and evals in the order they happened.
+
+    The dashboard's store copies carry an arrival stamp (`_seq`). Records read from a file by
+    `watch` carry none: they go by step (an event without one takes the step of the event
+    before it), an evaluation before the events of its step (the engine evaluates, then
+    saves the epoch's checkpoint), then file order; unstamped ones come before stamped ones.
+    """
+    keyed: list[tuple[int, float, int, int, Record]] = []
+    for rank, records in ((1, snap.events), (0, snap.evals)):
+        step: float = -1.0
+        for i, rec in enumerate(records):
+            value = rec.get("step")
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                step = float(value)
+            keyed.append((rec.get(SEQ_KEY, -1), step, rank, i, rec))
+    keyed.sort(key=lambda t: t[:4])
+    return [t[4] for t in keyed]
 
 
 def eval_line(rec: Record) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tuitrain.metrics.store import Series, Snapshot
-from tuitrain.ui.view import Frame, format_rate, format_seconds, mean, rank_table
+from tuitrain.ui.view import Frame, format_rate, format_seconds, mean, rank_note, rank_table
 from tuitrain.ui.widgets.chart import Line
 from tuitrain.ui.widgets.panel import Panel
 
@@ -23,6 +23,17 @@ class ThroughputPanel(Panel):
         step_time = snap.get("step_time_s").last
         batch = (snap.header or {}).get("global_batch")
         batch_text = f" · {batch} samples/step" if batch else ""
+        screen = self.screen if self.is_attached else None
+        if screen is not None and (screen.has_class("-narrow") or screen.has_class("-short")):
+            # Two lines at most: the per-rank table becomes one note, first on the line so
+            # a narrow panel's ellipsis does not hide it.
+            note = rank_note(snap.latest)
+            second = f"{note} · " if note else ""
+            return (
+                f"[$success]now[/] [b]{format_rate(rate.last)}[/b]/s  "
+                f"mean {format_rate(mean(rate.ys))}/s\n"
+                f"{second}step {format_seconds(step_time)}{batch_text}"
+            )
         text = (
             f"[$success]now[/] [b]{format_rate(rate.last)}[/b]/s  "
             f"mean {format_rate(mean(rate.ys))}/s\n"
