@@ -23,24 +23,17 @@ class ThroughputPanel(Panel):
         step_time = snap.get("step_time_s").last
         batch = (snap.header or {}).get("global_batch")
         batch_text = f" · {batch} samples/step" if batch else ""
+        now, avg = format_rate(rate.last), format_rate(mean(rate.ys))
+        rates = f"[$success]now[/] [b]{now}[/b]/s  mean {avg}/s"
+        step = f"step {format_seconds(step_time)}{batch_text}"
         screen = self.screen if self.is_attached else None
         if screen is not None and (screen.has_class("-narrow") or screen.has_class("-short")):
             # Two lines at most: the per-rank table becomes one note, first on the line so
-            # a narrow panel's ellipsis does not hide it.
+            # that a narrow panel's ellipsis does not hide it.
             note = rank_note(snap.latest)
-            second = f"{note} · " if note else ""
-            return (
-                f"[$success]now[/] [b]{format_rate(rate.last)}[/b]/s  "
-                f"mean {format_rate(mean(rate.ys))}/s\n"
-                f"{second}step {format_seconds(step_time)}{batch_text}"
-            )
-        text = (
-            f"[$success]now[/] [b]{format_rate(rate.last)}[/b]/s  "
-            f"mean {format_rate(mean(rate.ys))}/s\n"
-            f"step {format_seconds(step_time)}{batch_text}"
-        )
+            return f"{rates}\n{note} · {step}" if note else f"{rates}\n{step}"
         ranks = rank_table(snap.latest)
-        return f"{text}\n{ranks}" if ranks else text
+        return f"{rates}\n{step}\n{ranks}" if ranks else f"{rates}\n{step}"
 
     def lines(self, snap: Snapshot, buckets: int) -> Sequence[Line]:
         return (Line(*snap.get("samples_per_s").decimate(buckets), color="success"),)
