@@ -56,12 +56,21 @@ def test_default_preset_is_offline_subset() -> None:
         ({"train": {"epochs": 0}}, "train.epochs = 0 is out of range"),
         ({"train": {"precision": "fp8"}}, "train.precision = 'fp8' is not valid; choose one of"),
         ({"optim": 3}, "'optim' must be a table"),
+        ({"optim": {"lr": float("nan")}}, "optim.lr = nan is not a finite number"),
+        ({"train": {"pace_s": float("inf")}}, "train.pace_s = inf is not a finite number"),
     ],
 )
 def test_bad_values_name_the_key(raw: dict, needle: str) -> None:
     with pytest.raises(ConfigError) as err:
         config_from_dict(raw)
     assert needle in str(err.value)
+
+
+def test_preset_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "binary.toml"
+    path.write_bytes(b"\xff\xfe\x00[train]")
+    with pytest.raises(ConfigError, match="binary.toml is not UTF-8 text"):
+        load_preset(str(path))
 
 
 def test_malformed_toml_gives_line_and_column(tmp_path: Path) -> None:

@@ -180,7 +180,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     if args.list_presets:
         return list_presets()
     try:
-        if args.nproc and "WORLD_SIZE" not in os.environ:
+        if args.nproc is not None and "WORLD_SIZE" not in os.environ:
             from tuitrain.launch import launch_nproc
 
             return launch_nproc(args.nproc, without_nproc(argv))

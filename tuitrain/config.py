@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import types
 import typing
@@ -184,6 +185,8 @@ def _coerce(path: str, value: Any, tp: Any) -> Any:
         raise ConfigError(
             f"{path} must be {_type_name(tp)}, not {type(value).__name__} ({value!r})."
         )
+    if tp is float and not math.isfinite(value):  # nan passes every range check
+        raise ConfigError(f"{path} = {value!r} is not a finite number; give a real number.")
     return float(value) if tp is float else value
 
 
@@ -323,6 +326,8 @@ def read_toml(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read preset {path}: {exc.strerror}.") from exc
+    except UnicodeDecodeError:
+        raise ConfigError(f"preset {path} is not UTF-8 text; pass a TOML preset file.") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -112,6 +112,9 @@ def test_no_tty_falls_back_to_headless(tmp_path: Path) -> None:
         (["--device", "cuda"], "CUDA is not available"),
         (["--preset", "fashion-fp32", "--data-dir", "/nonexistent/fm"], "/nonexistent/fm"),
         (["--precision", "fp8"], "invalid choice: 'fp8'"),
+        (["--nproc", "0"], "--nproc 0 must be at least 1."),
+        (["--set", "optim.lr=nan"], "optim.lr = nan is not a finite number"),
+        (["--resume", "/"], "is a folder; pass a ckpt-step*.pt file"),
     ],
 )
 def test_bad_input_is_one_sentence_and_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:

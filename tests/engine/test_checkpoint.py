@@ -154,6 +154,17 @@ def test_pickle_payload_is_refused_without_running(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+@pytest.mark.parametrize(
+    "garbage",
+    [b"hello world" * 10, b"\x80\x02X\x05\x00\x00\x00\xff\xfe\xfd\xfc\xfb."],
+)
+def test_garbage_bytes_are_refused_as_corrupt(tmp_path: Path, garbage: bytes) -> None:
+    path = tmp_path / "ckpt-step00000001.pt"
+    path.write_bytes(garbage)
+    with pytest.raises(CheckpointError, match="is truncated or corrupt"):
+        load_checkpoint(path)
+
+
 def test_truncated_and_empty_files_are_refused(tmp_path: Path) -> None:
     good = save_checkpoint(tmp_path, {"model": {"w": torch.ones(1000)}, "step": 1}, keep=3)
     data = good.read_bytes()

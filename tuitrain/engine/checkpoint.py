@@ -164,8 +164,13 @@ def list_checkpoints(folder: Path) -> list[Path]:
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load with weights_only=True; every way a file can be bad is one clear sentence."""
+    if path.is_dir():
+        raise CheckpointError(
+            f"checkpoint {path} is a folder; pass a ckpt-step*.pt file in it, "
+            "or --resume auto --run-dir RUN_DIR."
+        )
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist.")
+        raise CheckpointError(f"checkpoint {path} does not exist; check the path.")
     if path.stat().st_size == 0:
         raise CheckpointError(
             f"checkpoint {path} is empty (a save was interrupted?); "
@@ -180,7 +185,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
             f"checkpoint {path} was refused: it holds objects other than tensors and plain "
             f"data, which could run code when loaded ({first}); only load files you trust."
         ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 - however torch.load fails, the file is bad
         raise CheckpointError(
             f"checkpoint {path} is truncated or corrupt ({type(exc).__name__}); "
             "use --resume auto to pick the newest complete one."
