@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from tuitrain import __version__
 from tuitrain.config import DEFAULT_PRESET, Config, describe_presets, load_preset, overrides_from
-from tuitrain.errors import EXIT_USAGE, UserError
+from tuitrain.errors import EXIT_SIGINT, EXIT_USAGE, UserError
 from tuitrain.launch import resume_config, run_headless
 
 EXIT_CODES_HELP = """exit codes:
@@ -146,7 +146,11 @@ def world_size() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    code = _main(argv)
+    try:
+        code = _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C before the run's own handler is installed (imports)
+        print("tuitrain: stopped by SIGINT before training started.", file=sys.stderr)
+        code = EXIT_SIGINT
     if argv is None and world_size() > 1:
         exit_rank(code)
     return code

@@ -124,6 +124,23 @@ def test_bad_input_is_one_sentence_and_exit_2(tmp_path: Path, args: list[str], n
     assert "Traceback" not in proc.stderr
 
 
+def test_ctrl_c_during_startup_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TUITRAIN_NO_DOWNLOAD": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuitrain", "--no-ui", "--run-dir", str(tmp_path / "r"), *TINY],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    time.sleep(0.5)  # the interpreter is up, torch is still importing
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "SIGINT" in err
+
+
 def test_malformed_toml_names_line_and_column(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[train]\nepochs = = 3\n")
