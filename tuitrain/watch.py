@@ -6,18 +6,23 @@
 Follows a live headless run (new lines as they come, a replaced file starts over), replays a
 finished one, reads a DDP run through rank 0's file. A long file opens fast and in bounded
 memory (`JsonlFollower`'s catch-up). The viewer only reads: keys that need a live engine say
-so, and quitting it leaves the run alone. It needs no terminal of its own, so
-`textual serve --command "tuitrain watch RUN_DIR"` (textual-dev) serves it to browsers, one
-viewer process per connection.
+so, and quitting it leaves the run alone. It draws on a terminal, or through the driver that
+TEXTUAL_DRIVER names: `textual serve --command "tuitrain watch RUN_DIR"` (textual-dev) sets it
+to Textual's web driver and serves the viewer to browsers over pipes, one process per
+connection. Without either it is refused (a viewer has nothing to fall back to).
 
-Bad targets (no such path, a folder that is no run dir, a file that is no metrics file) are
-refused with one sentence and exit code 2.
+Bad targets (no such path, a folder that is no run dir, a file that is no metrics file), a
+--poll not above 0 and at most an hour, and a missing terminal are refused with one sentence
+and exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +30,7 @@ from pathlib import Path
 from tuitrain.errors import EXIT_USAGE
 
 RUN_FILES = ("metrics.jsonl", "config.toml", "train.log")  # what a run dir holds early on
+MAX_POLL_S = 3600.0  # --poll: seconds between file checks, above 0 and at most this
 PROBE_BYTES = 1 << 20  # a header line is a few kB; more without a newline is no metrics file
 
 
@@ -42,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  tuitrain watch runs/fashion-bf16-20261129-120000\n"
         "  tuitrain watch --compare runs/fp32-run runs/bf16-run/metrics.jsonl\n"
         '  textual serve --command "tuitrain watch runs/x"   in a browser (textual-dev)\n'
-        "\nexit codes: 0 quit, 2 bad target or arguments",
+        "\nexit codes: 0 quit, 2 bad target or arguments, or no terminal (stdin and stderr\n"
+        "must be a TTY unless TEXTUAL_DRIVER names a driver, as textual serve does)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("target", nargs="?", help="a run dir or its metrics.jsonl")
@@ -52,8 +59,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar=("A", "B"),
         help="compare two runs (run dirs or metrics.jsonl files); ratios are B over A",
     )
-    p.add_argument("--poll", type=float, default=0.25, help="seconds between file checks")
+    p.add_argument(
+        "--poll", type=positive_seconds, default=0.25, help="seconds between file checks"
+    )
     return p
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_POLL_S:  # nan fails too; a huge wait overflows the thread's timer
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a number of seconds above 0 and at most {MAX_POLL_S:g}; "
+            "pass one like 0.25"
+        )
+    return value
 
 
 def check_target(target: str, *, strict: bool) -> Path:
@@ -62,7 +84,12 @@ def check_target(target: str, *, strict: bool) -> Path:
     from tuitrain.metrics.follow import resolve_metrics_path
 
     given = Path(target).expanduser()
-    path = resolve_metrics_path(target)
+    path = given if given.is_file() else resolve_metrics_path(target)  # a file is the file
+    if given.exists() and not (given.is_dir() or given.is_file()):
+        raise WatchError(
+            f"{target} is not a run dir or a metrics file (it is a {file_kind(given)}); "
+            "pass the --run-dir of a run, or its metrics.jsonl."
+        )
     if not given.exists():
         # The metrics file of a run that is starting may not exist yet: wait for it.
         starting = path == given and has_run_files(path.parent)
@@ -87,12 +114,41 @@ def check_target(target: str, *, strict: bool) -> Path:
                 f"{path} cannot be read ({exc.strerror or type(exc).__name__}); "
                 "check its permissions."
             ) from exc
+        if not first and path.suffix != ".jsonl":
+            raise WatchError(
+                f"{path} is an empty file, not a metrics file; pass a run dir, "
+                "or the metrics.jsonl in it."
+            )
         if not looks_like_a_record(first):
             raise WatchError(
                 f"{path} is not a tuitrain metrics file (its first line is not a JSON record "
                 'with a "type"); pass a run dir, or the metrics.jsonl in it.'
             )
     return path
+
+
+def file_kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    kinds = {stat.S_ISFIFO: "pipe", stat.S_ISCHR: "device", stat.S_ISBLK: "device"}
+    return next((name for test, name in kinds.items() if test(mode)), "special file")
+
+
+def check_terminal() -> None:
+    """WatchError unless the viewer can draw: a terminal on stdin and stderr (where Textual's
+    Linux driver reads keys and writes the screen), or a driver named by TEXTUAL_DRIVER (the
+    web driver of `textual serve` speaks over pipes and needs none)."""
+    driver = os.environ.get("TEXTUAL_DRIVER")  # what textual.constants.DRIVER reads
+    if driver and not driver.startswith(("textual.drivers.linux", "textual.drivers.windows")):
+        return
+    streams = {"stdin": sys.__stdin__, "stderr": sys.__stderr__}
+    missing = [name for name, f in streams.items() if f is None or not f.isatty()]
+    if missing:
+        raise WatchError(
+            f"the viewer needs a terminal to draw on ({' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not a TTY); run it in a terminal, "
+            'serve it to a browser with textual serve --command "tuitrain watch RUN_DIR", '
+            "or read RUN_DIR/metrics.jsonl directly."
+        )
 
 
 def has_run_files(folder: Path) -> bool:
@@ -123,8 +179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.compare:
             paths = [check_target(t, strict=True) for t in args.compare]
+            check_terminal()
             return compare(paths, args.poll)
-        return watch_one(check_target(args.target, strict=False), args.poll)
+        path = check_target(args.target, strict=False)
+        check_terminal()
+        return watch_one(path, args.poll)
     except WatchError as exc:
         print(f"tuitrain watch: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -195,3 +195,118 @@ def test_event_log_order_from_a_file(tmp_path: Path) -> None:
         "eval 46",
         "checkpoint 46",
     ]
+
+
+def watch_cmd(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TEXTUAL_DRIVER"}
+    return subprocess.run(
+        [sys.executable, "-m", "tuitrain", "watch", *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def test_watch_without_a_terminal_refuses_at_once(tmp_path: Path) -> None:
+    """No TTY and no TEXTUAL_DRIVER: a viewer has nothing to fall back to, so one sentence and
+    exit 2, instead of escape codes into a pipe and a wait for keys that never come."""
+    write_lines(tmp_path / "metrics.jsonl", [header("bf16", "cpu")])
+    for args in ([str(tmp_path)], ["--compare", str(tmp_path), str(tmp_path)]):
+        proc = watch_cmd(*args, timeout=30)
+        assert proc.returncode == 2
+        assert proc.stdout == "" and "\x1b" not in proc.stderr
+        assert proc.stderr.count("\n") == 1 and "needs a terminal" in proc.stderr
+        assert "textual serve" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_watch_in_a_terminal_draws_and_quits_on_q(tmp_path: Path) -> None:
+    """The terminal check lets a real (pseudo-)terminal through."""
+    import pty
+    import select
+
+    write_lines(tmp_path / "metrics.jsonl", records("bf16", "cpu", steps=20))
+    leader, follower = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "TEXTUAL_DRIVER"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuitrain", "watch", str(tmp_path)],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env={**env, "COLUMNS": "100", "LINES": "30"},
+        start_new_session=True,
+    )
+    os.close(follower)
+    screen = b""
+
+    def read_for(seconds: float, until: bytes | None = None) -> None:
+        nonlocal screen
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not (until and until in screen):
+            if select.select([leader], [], [], 0.1)[0]:
+                try:
+                    screen += os.read(leader, 65536)
+                except OSError:  # the viewer exited and closed the terminal
+                    return
+
+    try:
+        read_for(60, until=b"Throughput")
+        assert b"Throughput" in screen and b"needs a terminal" not in screen
+        os.write(leader, b"q")
+        read_for(10)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(leader)
+
+
+@pytest.mark.parametrize("name", ["f", "notes.txt"])
+def test_watch_refuses_an_empty_file_not_named_jsonl(tmp_path: Path, name: str) -> None:
+    """`watch FILE` on a plain file without a suffix used to look for FILE/metrics.jsonl and
+    die with NotADirectoryError; an empty file is only waited on when it is named .jsonl."""
+    (tmp_path / name).touch()
+    proc = watch_cmd(str(tmp_path / name))
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        f"tuitrain watch: error: {tmp_path / name} is an empty file, not a metrics file; "
+        "pass a run dir, or the metrics.jsonl in it.\n"
+    )
+
+
+def test_watch_refuses_a_file_without_suffix_that_holds_no_records(tmp_path: Path) -> None:
+    (tmp_path / "notes").write_text("hello\n")
+    proc = watch_cmd(str(tmp_path / "notes"))
+    assert proc.returncode == 2
+    assert "is not a tuitrain metrics file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_watch_refuses_a_pipe_or_a_device(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for target, kind in ((fifo, "pipe"), (Path("/dev/null"), "device")):
+        proc = watch_cmd(str(target), timeout=30)  # opening a fifo would block: never done
+        assert proc.returncode == 2
+        assert f"{target} is not a run dir or a metrics file (it is a {kind})" in proc.stderr
+
+
+def test_check_target_takes_a_file_of_records_whatever_its_name(tmp_path: Path) -> None:
+    from tuitrain.watch import check_target
+
+    for name in ("metrics", "run.log", "metrics.jsonl"):
+        write_lines(tmp_path / name, [header("bf16", "cpu")])
+        assert check_target(str(tmp_path / name), strict=False) == tmp_path / name
+        assert check_target(str(tmp_path / name), strict=True) == tmp_path / name
+    (tmp_path / "empty.jsonl").touch()  # a run's file just created: waited on
+    assert check_target(str(tmp_path / "empty.jsonl"), strict=False) == tmp_path / "empty.jsonl"
+
+
+@pytest.mark.parametrize("poll", ["-1", "0", "nan", "inf", "1e10", "soon"])
+def test_watch_refuses_a_bad_poll(tmp_path: Path, poll: str) -> None:
+    proc = watch_cmd("--poll", poll, str(tmp_path))
+    assert proc.returncode == 2
+    assert (
+        f"argument --poll: {poll} is not a number of seconds above 0 and at most 3600; "
+        "pass one like 0.25" in proc.stderr
+    )
