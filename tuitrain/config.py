@@ -105,7 +105,9 @@ class TrainConfig:
     log_every: int = _f(20, "Optimizer steps between log points (the only host syncs).", min=1)
     profile_steps: int = _f(0, "Profile this many steps with torch.profiler (0 = off).", min=0)
     eval_every_epoch: bool = _f(True, "Evaluate at the end of each epoch.")
-    pace_s: float = _f(0.0, "Sleep this long after each step (demos and UI tests).", min=0.0)
+    pace_s: float = _f(
+        0.0, "Sleep this long after each step (demos and UI tests).", min=0.0, max=60.0
+    )
 
 
 @dataclass(kw_only=True, slots=True)

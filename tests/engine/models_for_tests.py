@@ -99,3 +99,21 @@ class _SlowOnRank1(nn.Module):
 
 def slow_on_rank_1(num_classes: int) -> nn.Module:
     return _SlowOnRank1(num_classes, delay_s=0.1)
+
+
+class _RaiseInEval(nn.Module):
+    """A tiny MLP that trains but raises in evaluation (a bug in a user's model that shows
+    between steps, where the trained state is whole)."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.net = tiny_mlp(num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            raise RuntimeError("the test model breaks in evaluation")
+        return self.net(x)
+
+
+def raise_in_eval(num_classes: int) -> nn.Module:
+    return _RaiseInEval(num_classes)

@@ -320,3 +320,30 @@ def test_fp16_overflow_skips_are_counted_and_collapse_warns(tiny_config) -> None
     assert train["skipped_steps"] == 18  # every step overflowed and was skipped
     assert train["grad_scale"] == 65536.0 / 2**18
     assert any(e.get("kind") == "overflow" for e in events)
+
+
+def test_refused_resume_writes_no_checkpoint(tiny_config, tmp_path: Path) -> None:
+    """A resume refused before training (here: another model) must not save the fresh
+    weights as a 'failure' checkpoint nor move `latest` away from the user's checkpoint."""
+    run(tiny_config("train.max_steps=2"), NullSink(), run_dir=tmp_path)
+    folder = tmp_path / "checkpoints"
+    before, latest = sorted(p.name for p in folder.iterdir()), find_latest(tmp_path)
+    state = load_checkpoint(latest)
+    other = run(tiny_config("model.name=mlp"), NullSink(), run_dir=tmp_path, resume=state)
+    assert other.exit_code == 2 and "does not fit this model" in other.reason
+    assert sorted(p.name for p in folder.iterdir()) == before
+    assert find_latest(tmp_path) == latest
+
+
+def test_failure_after_training_saves_the_trained_steps(tiny_config, tmp_path: Path) -> None:
+    cfg = tiny_config("model.name=tests.engine.models_for_tests:raise_in_eval")
+    events: list[dict] = []
+
+    class Capture(NullSink):
+        def write(self, record: dict) -> None:
+            events.append(record)
+
+    result = run(cfg, Capture(), run_dir=tmp_path)
+    assert result.status == "failed" and result.is_bug and result.step == 2  # 2 steps/epoch
+    assert load_checkpoint(find_latest(tmp_path))["step"] == 2  # the trained steps are kept
+    assert any("(failure)" in str(e.get("message")) for e in events if e.get("type") == "event")

@@ -32,6 +32,10 @@ class Control:
         self._stop.set()
         self._running.set()  # a paused engine must wake up to stop
 
+    def sleep(self, seconds: float) -> None:
+        """Sleep that a stop request cuts short (train.pace_s)."""
+        self._stop.wait(seconds)
+
     def pause(self) -> None:
         if not self._stop.is_set():
             self._running.clear()

@@ -76,6 +76,7 @@ class Trainer:
         self.last_saved_step = -1
         self.state_sound = True  # False while a step is half applied
         self.start_step = 0
+        self.fitting = False  # fit() began: the steps from start_step on were trained here
         self.stop_wanted = self.pause_wanted = self.checkpoint_wanted = False
         self.samples = 0
         self.val_acc: float | None = None
@@ -139,6 +140,7 @@ class Trainer:
                 event("compiling the model with torch.compile (first step)", kind="compile")
             )
         self.start_step = self.step  # the first step of this process compiles
+        self.fitting = True
         status = "completed"
         while self.epoch < self.cfg.train.epochs and self.step < p.total_steps:
             status = self.run_epoch()
@@ -187,7 +189,7 @@ class Trainer:
         self.samples += self.batch_size * self.cfg.optim.grad_accum * self.dist.world_size
         self.profiler.after_step(self.sink)
         if self.cfg.train.pace_s:
-            time.sleep(self.cfg.train.pace_s)
+            self.control.sleep(self.cfg.train.pace_s)  # a stop (SIGTERM, q) does not wait it out
         if first:
             self.compile_done()
         elif is_log:

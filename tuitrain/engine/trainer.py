@@ -149,7 +149,15 @@ def fail(
     exc: BaseException, sink: Sink, control: Control, trainer: Trainer | None, started: float
 ) -> RunResult:
     """Turn an exception into an error event, an end record and a failed RunResult."""
-    if isinstance(exc, KeyboardInterrupt):
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        # SystemExit: a second Ctrl-C or SIGTERM (launch.on_signal) means "leave now". The
+        # last checkpoint stays as it was; an end record says how the run ended (best effort).
+        if isinstance(exc, SystemExit) and isinstance(exc.code, int):
+            reason = f"{control.stop_reason or 'stopped'}; a second signal left mid-step"
+            result = RunResult("stopped", reason, trainer.step if trainer else 0, exc.code)
+            with contextlib.suppress(Exception):
+                sink.write(end_record(result, trainer, started))
+                sink.flush()
         raise exc
     step = trainer.step if trainer else 0
     message, hint, is_bug = describe_failure(exc, trainer)
@@ -163,7 +171,16 @@ def fail(
             traceback=tb or None,
         )
     )
-    sound = trainer is not None and trainer.state_sound and trainer.parts is not None
+    # A failure checkpoint keeps trained weights; before the first step of this process (a
+    # refused resume, a bad model or data) it would only hold fresh or half-restored weights
+    # and move `latest` away from the checkpoint the user meant.
+    sound = (
+        trainer is not None
+        and trainer.state_sound
+        and trainer.parts is not None
+        and trainer.fitting
+        and trainer.step > trainer.start_step
+    )
     if sound and not isinstance(exc, (TrainingError, torch.OutOfMemoryError)):
         with contextlib.suppress(Exception):  # best effort: the failure is what we report
             trainer.save("failure")
