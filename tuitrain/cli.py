@@ -184,6 +184,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     if args.list_presets:
         return list_presets()
     try:
+        if args.preset is not None and not args.preset.strip():
+            raise UserError("--preset is empty; name one from tuitrain --list-presets or a file.")
         if args.nproc is not None and "WORLD_SIZE" not in os.environ:
             from tuitrain.launch import launch_nproc
 

@@ -72,6 +72,11 @@ def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Confi
             f"checkpoint {path} is of preset '{preset}', not '{args.preset}'; "
             f"drop --preset or pass --preset {preset}."
         )
+    if not isinstance(state.get("config"), dict):
+        raise CheckpointError(
+            f"checkpoint {path} holds no run config, so it was not saved by tuitrain; "
+            "resume from a ckpt-step*.pt file of a tuitrain run dir."
+        )
     run_dir = path.resolve().parent.parent  # <run_dir>/checkpoints/ckpt-stepN.pt
     raw = apply_overrides(state["config"], [*overrides, f'run.run_dir="{run_dir}"'])
     return config_from_dict(raw, name=preset), state

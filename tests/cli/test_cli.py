@@ -115,6 +115,8 @@ def test_no_tty_falls_back_to_headless(tmp_path: Path) -> None:
         (["--nproc", "0"], "--nproc 0 must be at least 1."),
         (["--set", "optim.lr=nan"], "optim.lr = nan is not a finite number"),
         (["--resume", "/"], "is a folder; pass a ckpt-step*.pt file"),
+        (["--preset", ""], "--preset is empty; name one from tuitrain --list-presets"),
+        (["--set", "train.pace_s=61"], "train.pace_s = 61.0 is out of range"),
     ],
 )
 def test_bad_input_is_one_sentence_and_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
@@ -215,3 +217,13 @@ def test_signals_stop_cleanly(tmp_path: Path, sig: signal.Signals, code: int) ->
     end = read_records(tmp_path)[-1]
     assert end["type"] == "end" and end["status"] == "stopped"
     assert end["reason"] == f"stopped by {sig.name}"
+
+
+def test_resume_from_a_file_not_saved_by_tuitrain(tmp_path: Path) -> None:
+    import torch
+
+    foreign = tmp_path / "model.pt"
+    torch.save({"model": {}, "step": 1}, foreign)  # loads with weights_only, but no config
+    proc = tuitrain("--no-ui", "--resume", str(foreign))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "holds no run config, so it was not saved by tuitrain" in proc.stderr

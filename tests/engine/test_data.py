@@ -133,8 +133,11 @@ def test_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_wrong_data_dir_does_not_fall_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(idx_mod, "SYSTEM_DIR", fake_set(tmp_path / "system"))
-    with pytest.raises(UserError, match="--data-dir .*empty"):
+    with pytest.raises(UserError, match="--data-dir .*empty") as info:
         locate_fashion_mnist(str(tmp_path / "empty"))
+    message = str(info.value)  # the fix too: where else it looks
+    assert "leave it out" in message and "TUITRAIN_DATA" in message
+    assert str(tmp_path / "system") in message and "dataset-fashion-mnist" in message
 
 
 def test_missing_everywhere_lists_every_option(

@@ -153,7 +153,11 @@ def locate_fashion_mnist(data_dir: str = "", log: Log | None = None) -> Path:
         found = fashion_dir_in(explicit)
         if found is None:
             names = ", ".join(f"{stem}(.gz)" for pair in FILE_NAMES.values() for stem in pair)
-            raise UserError(f"--data-dir {explicit} does not hold Fashion-MNIST's files ({names}).")
+            raise UserError(
+                f"--data-dir {explicit} does not hold Fashion-MNIST's files ({names}); point "
+                "it at the folder that holds them, or leave it out to use $TUITRAIN_DATA, "
+                f"{user_cache_dir()} or {SYSTEM_DIR} (apt-get install dataset-fashion-mnist)."
+            )
         return found
     candidates = [user_cache_dir(), SYSTEM_DIR]
     if os.environ.get("TUITRAIN_DATA"):
