@@ -347,3 +347,18 @@ def test_failure_after_training_saves_the_trained_steps(tiny_config, tmp_path: P
     assert result.status == "failed" and result.is_bug and result.step == 2  # 2 steps/epoch
     assert load_checkpoint(find_latest(tmp_path))["step"] == 2  # the trained steps are kept
     assert any("(failure)" in str(e.get("message")) for e in events if e.get("type") == "event")
+
+
+def test_resume_past_the_end_says_there_is_nothing_to_train(tiny_config, tmp_path: Path) -> None:
+    run(tiny_config("train.max_steps=4"), NullSink(), run_dir=tmp_path)
+    events: list[dict] = []
+
+    class Capture(NullSink):
+        def write(self, record: dict) -> None:
+            events.append(record)
+
+    state = load_checkpoint(find_latest(tmp_path))
+    result = run(tiny_config("train.max_steps=2"), Capture(), run_dir=tmp_path, resume=state)
+    assert result.status == "completed" and result.step == 4
+    said = [e for e in events if e.get("kind") == "resume_done"]
+    assert len(said) == 1 and "at step 4 and this run ends at step 2" in said[0]["message"]

@@ -113,6 +113,17 @@ def run(
             )
             if warning:
                 sink.write(event(warning, level="warning", kind="resume_inexact"))
+            if trainer.step >= parts.total_steps:
+                sink.write(
+                    event(
+                        f"nothing left to train: the checkpoint is at step {trainer.step} and "
+                        f"this run ends at step {parts.total_steps}; raise --max-steps or "
+                        "--epochs to go on",
+                        level="warning",
+                        kind="resume_done",
+                        step=trainer.step,
+                    )
+                )
         status = trainer.fit()
     except BaseException as exc:  # noqa: BLE001 - every failure must end the run cleanly
         return fail(exc, sink, control, trainer, started)
