@@ -36,7 +36,7 @@ from tuitrain.ui.screens.parity import NO_PRESET, ParityScreen
 from tuitrain.ui.screens.presets import PresetScreen
 from tuitrain.ui.screens.profile import ProfileScreen
 from tuitrain.ui.session import NEEDS_ENGINE, RunEnded, SessionApp
-from tuitrain.ui.terminal import native_stderr_to
+from tuitrain.ui.terminal import native_stderr_to, say
 from tuitrain.ui.view import Frame, failure, format_duration, quiet_seconds, silence
 from tuitrain.ui.widgets.banner import Banner, failure_text
 from tuitrain.ui.widgets.datawait import DataWaitPanel
@@ -343,10 +343,9 @@ def run_app(cfg: Config, overrides: Sequence[str], dist: DistInfo | None = None)
             last.request_stop("quit from the UI")
             last.join(0.5)
     if last.alive:
-        print(
+        say(
             f"tuitrain: waiting up to {JOIN_TIMEOUT_S:.0f} s for the engine to finish its step "
-            "and write its files (Ctrl-C abandons it)…",
-            file=sys.stderr,
+            "and write its files (Ctrl-C abandons it)…"
         )
         try:
             stopped = last.join(JOIN_TIMEOUT_S)
@@ -354,7 +353,7 @@ def run_app(cfg: Config, overrides: Sequence[str], dist: DistInfo | None = None)
             stopped = False
             code = EXIT_SIGINT
         if not stopped:
-            print("tuitrain: exiting without waiting for the engine", file=sys.stderr)
+            say("tuitrain: exiting without waiting for the engine")
     if last.run_dir is not None:
-        print(f"tuitrain: run dir {last.run_dir}", file=sys.stderr)
+        say(f"tuitrain: run dir {last.run_dir}")
     return code if isinstance(code, int) else app.exit_code()

@@ -14,12 +14,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from textual.app import App
+from textual.driver import Driver
+from textual.drivers.linux_driver import LinuxDriver
 from textual.message import Message
 
 from tuitrain.config import Config, load_preset
 from tuitrain.errors import EXIT_SIGHUP, EXIT_SIGTERM, UserError
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.host import EngineHost, sibling_run_dir, ui_event
+from tuitrain.ui.terminal import HangupSafeDriver
 from tuitrain.ui.view import host_memory_bytes
 
 NEEDS_ENGINE = "this key steers a live run; the app is only watching records"
@@ -55,6 +58,11 @@ class SessionApp(App[int]):
         self.pending: str | None = None  # "quit" or "switch" while the engine stops
         self.pending_cfg: Config | None = None
         self.signal_exit_code: int | None = None
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's choice, except that a terminal's driver survives a hangup."""
+        driver = super().get_driver_class()
+        return HangupSafeDriver if driver is LinuxDriver else driver
 
     # -- hooks for the dashboard ---------------------------------------------------------
     def reset_view(self) -> None:

@@ -1,8 +1,14 @@
-"""Keep native stderr (torch's C++ warnings, the profiler's logs) off the dashboard.
+"""Keep native stderr (torch's C++ warnings, the profiler's logs) off the dashboard, and
+survive a terminal that goes away (the SSH connection dropped).
 
 Textual draws on `sys.__stderr__`. Libraries below Python write to file descriptor 2
 directly, which would scribble over the screen. While the app runs, fd 2 points at a log
 file and Textual draws through a duplicate of the terminal's descriptor.
+
+When the terminal hangs up, writing to it fails with EIO. Textual's writer thread dies of
+that, its bounded queue fills and the app's next write blocks for ever: the process hangs
+after the run has ended. `HangupSafeDriver` draws through `TerminalOutput`, which drops
+output once the terminal is gone, so the app still stops the run and exits (129 on SIGHUP).
 """
 
 from __future__ import annotations
@@ -12,6 +18,9 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
+
+from textual.drivers.linux_driver import LinuxDriver
 
 
 @contextlib.contextmanager
@@ -34,8 +43,53 @@ def native_stderr_to(path: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        terminal.flush()
+        with contextlib.suppress(OSError):  # EIO: the terminal hung up
+            terminal.flush()
         os.dup2(terminal_fd, 2)
         sys.__stderr__ = original
-        terminal.close()
+        with contextlib.suppress(OSError):
+            terminal.close()
         os.close(log_fd)
+
+
+def say(message: str) -> None:
+    """One line on stderr; nothing when the terminal is gone (hung up: EIO)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(message, file=sys.stderr, flush=True)
+
+
+class TerminalOutput:
+    """A text stream over the terminal that discards writes once the terminal is gone
+    (a write or flush failed with OSError: EIO after a hangup, EPIPE, EBADF)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self.stream.write(text)
+            except (OSError, ValueError):  # ValueError: the stream was closed
+                self.gone = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self.stream.flush()
+            except (OSError, ValueError):
+                self.gone = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)  # fileno, isatty, encoding, ...
+
+
+class HangupSafeDriver(LinuxDriver):
+    """Textual's Linux driver, drawing through `TerminalOutput`: a hung-up terminal cannot
+    kill its writer thread and so block the app (and the process) for ever."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self._file is not None and not isinstance(self._file, TerminalOutput):
+            self._file = TerminalOutput(self._file)  # type: ignore[assignment]
