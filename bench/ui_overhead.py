@@ -156,8 +156,7 @@ def child_ui(
             pings.write(f"cpu {json.dumps(share)}\n")
             if windows:
                 pings.write(f"window end {time.monotonic()} {main1}\n")
-            super().on_run_ended(message)
-            self.exit(0)
+            self.exit(0)  # Textual calls SessionApp's handler too (each class in the MRO)
 
     cfg = load_preset(preset, overrides)
     host = EngineHost(cfg, StampedStore(), run_dir=Path(run_dir))

@@ -211,6 +211,19 @@ def test_profile_steps_writes_top_table(tiny_config, tmp_path: Path) -> None:
     assert [e for e in sink.of("event") if e.get("kind") == "profile"]
 
 
+def test_profile_cut_short_by_the_end_reports_what_it_has(tiny_config, tmp_path: Path) -> None:
+    """f pressed near the end (20 steps asked, 3 left): the table of the steps profiled comes
+    out before the end record, not nothing."""
+    sink = ListSink()
+    run(tiny_config("train.max_steps=4", "train.profile_steps=20"), sink, run_dir=tmp_path)
+    profiles = [e for e in sink.of("event") if e.get("kind") == "profile"]
+    assert len(profiles) == 1 and "aten::" in profiles[0]["table"]
+    assert "the run ended after 3 of the 20 steps" in profiles[0]["message"]
+    assert len(list(tmp_path.glob("profile-step*.txt"))) == 1
+    kinds = [r["type"] for r in sink.records]
+    assert kinds.index("end") > sink.records.index(profiles[0])
+
+
 @pytest.mark.slow
 def test_compile_reports_its_time_outside_throughput(tiny_config) -> None:
     sink = ListSink()

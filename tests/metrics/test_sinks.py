@@ -254,3 +254,27 @@ def test_human_bytes() -> None:
     assert human_bytes(812 * 1024**2) == "812 MiB"
     assert human_bytes(int(1.2 * 1024**3)) == "1.20 GiB"
     assert human_bytes(3 * 1024**4) == "3.00 TiB"
+
+
+def test_console_gone_silences_the_sink_not_the_run() -> None:
+    """A headless run whose terminal hangs up: writes fail with EIO. The console sink goes
+    quiet; raising would fail the run ('OSError: Input/output error', exit 1)."""
+    import errno
+
+    attempts: list[str] = []
+
+    class HungUp(io.StringIO):
+        def write(self, text: str) -> int:
+            attempts.append(text)
+            raise OSError(errno.EIO, "Input/output error")
+
+        def flush(self) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+    sink = ConsoleSink(out=HungUp(), err=HungUp())
+    record = {"type": "train", "step": 10, "epoch": 0.5, "loss": 0.5, "samples_per_s": 1.0}
+    sink.write(record)  # raised before the fix
+    sink.write({"type": "event", "level": "error", "message": "boom"})
+    sink.flush()
+    sink.close()
+    assert len(attempts) == 1  # after the first failure the sink stops trying

@@ -126,6 +126,20 @@ async def test_checkpoint_and_profile_keys(
         await wait_for(pilot, lambda: not app.is_running, what="the exit")
 
 
+async def test_a_profile_the_run_never_started_is_said(
+    ui_overrides: Callable[..., list[str]],
+) -> None:
+    """f in the run's last step: the engine has no step left to profile. The app must not
+    wait for a table in silence (f's notice promised one)."""
+    app = TuitrainApp(host=EngineHost(load_preset("fashion-mini", ui_overrides()), MetricStore()))
+    messages = record_notifications(app)
+    async with app.run_test(size=(120, 36)) as pilot:
+        app.profile_wanted = True  # f's request arrived too late for the engine to act on
+        await wait_for(pilot, lambda: app.host is not None and not app.host.alive, what="end")
+        await wait_for(pilot, lambda: any("nothing was profiled" in m for m in messages))
+        assert not app.profile_wanted and not isinstance(app.screen, ProfileScreen)
+
+
 async def test_plots_redraw_only_on_new_data_and_decimated(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ui.pilot_tools import text_of, wait_for
+from tests.ui.pilot_tools import record_notifications, text_of, wait_for
 from tuitrain.config import load_preset
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.app import TuitrainApp
@@ -40,10 +40,14 @@ def latest_step(app: TuitrainApp) -> int:
 async def test_pushed_screen_shows_table_and_verdict(tmp_path: Path) -> None:
     cfg = load_preset("fashion-mini", TINY_PARITY)
     app = TuitrainApp(store=MetricStore())
+    messages = record_notifications(app)
     screen = ParityScreen(cfg, epochs=1, mixed="bf16", early_steps=2, run_dir=tmp_path / "p")
     async with app.run_test(size=(120, 40)) as pilot:
         await app.push_screen(screen)
         await wait_for(pilot, lambda: has_verdict(screen), timeout=90, what="the verdict")
+        await pilot.press("p")  # the preset picker cannot open over the check: say so
+        assert isinstance(app.screen, ParityScreen)
+        assert any("close the parity check first" in m for m in messages), messages
         await pilot.pause(0.6)  # a chart tick
         text = verdict(screen)
         assert text.startswith(("PASS", "FAIL")), text

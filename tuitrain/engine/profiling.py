@@ -21,6 +21,7 @@ class StepProfiler:
         self.run_dir = run_dir
         self.pending = 0
         self.remaining = 0
+        self.requested = 0  # steps the running profile was asked for
         self._prof: Any = None
 
     def request(self, steps: int) -> None:
@@ -37,6 +38,7 @@ class StepProfiler:
             self._prof = profile(activities=activities, record_shapes=False)
             self._prof.__enter__()
             self.remaining, self.pending = self.pending, 0
+            self.requested = self.remaining
             self.first_step = step + 1
 
     def after_step(self, sink: Sink) -> None:
@@ -45,6 +47,10 @@ class StepProfiler:
         self.remaining -= 1
         if self.remaining > 0:
             return
+        self.finish(sink)
+
+    def finish(self, sink: Sink, note: str = "") -> None:
+        """Stop the profiler and write its table (to the run dir and as a `profile` event)."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # sync point: the profile must see all kernels
         self._prof.__exit__(None, None, None)
@@ -63,14 +69,19 @@ class StepProfiler:
                 "level": "info",
                 "kind": "profile",
                 "message": f"profiled steps from {self.first_step} (top {TOP_ROWS} by "
-                f"self {sort_name} time{where})",
+                f"self {sort_name} time{where}){note}",
                 "table": table,
             }
         )
 
-    def close(self) -> None:
+    def close(self, sink: Sink | None = None) -> None:
         """End a profile still open when the run stops or fails: a profiler left running
-        crashes the interpreter at exit."""
+        crashes the interpreter at exit. With `sink` (the run ended normally or was stopped),
+        the steps profiled so far are reported rather than dropped."""
+        done = self.requested - self.remaining
+        if self._prof is not None and sink is not None and done > 0:
+            self.finish(sink, f"; the run ended after {done} of the {self.requested} steps")
+            return
         if self._prof is not None:
             prof, self._prof = self._prof, None
             prof.__exit__(None, None, None)

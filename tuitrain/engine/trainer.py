@@ -125,6 +125,7 @@ def run(
                     )
                 )
         status = trainer.fit()
+        trainer.profiler.close(sink)  # a profile the run's end cut short: what it has
     except BaseException as exc:  # noqa: BLE001 - every failure must end the run cleanly
         return fail(exc, sink, control, trainer, started)
     finally:

@@ -7,6 +7,7 @@ tolerating a truncated last line (a run killed mid-write, or a file being tailed
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -191,7 +192,9 @@ class ConsoleSink(Sink):
     """Headless human output: one line per record; warnings and errors go to ``err``.
 
     ``out``/``err`` default to the *current* ``sys.stdout``/``sys.stderr`` at write time
-    (so redirections made after construction are honoured).
+    (so redirections made after construction are honoured). A console that goes away (the
+    terminal hung up: EIO; a closed pipe: EPIPE) silences this sink, not the run: the JSONL
+    file and the checkpoints carry on, and SIGHUP stops the run cleanly if it was sent.
     """
 
     def __init__(self, out: IO[str] | None = None, err: IO[str] | None = None) -> None:
@@ -209,13 +212,17 @@ class ConsoleSink(Sink):
         with self._lock:
             if self._closed:
                 return
-            stream.write(line + "\n")
-            stream.flush()
+            try:
+                stream.write(line + "\n")
+                stream.flush()
+            except (OSError, ValueError):  # ValueError: the stream was closed
+                self._closed = True
 
     def flush(self) -> None:
         with self._lock:
             for stream in (self._out or sys.stdout, self._err or sys.stderr):
-                stream.flush()
+                with contextlib.suppress(OSError, ValueError):
+                    stream.flush()
 
     def close(self) -> None:
         """Stops output; the streams themselves are not closed (they are not ours)."""

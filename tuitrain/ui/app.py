@@ -244,6 +244,20 @@ class TuitrainApp(SessionApp):
                 severity = "information" if kind == "checkpoint" else "error"
                 self.notify(str(event.get("message", "")), severity=severity, timeout=6)
 
+    def on_run_ended(self, message: RunEnded) -> None:
+        """Before SessionApp's handler (Textual calls both, subclass first): act on the run's
+        last events, then say so if a profile that f asked for never came."""
+        if message.host is not self.host:
+            return
+        self.poll_text()  # a profile cut short by the run's end arrives as its last event
+        if self.profile_wanted:
+            self.profile_wanted = False
+            self.notify(
+                "the run ended before the profile started: nothing was profiled",
+                severity="warning",
+                timeout=6,
+            )
+
     # -- actions ---------------------------------------------------------------------------
     async def action_quit(self) -> None:
         self.request_quit()
@@ -289,6 +303,9 @@ class TuitrainApp(SessionApp):
         self.push_screen(ParityScreen(host.cfg, epochs=1, host=host, run_dir=run_dir))
 
     def action_pick_preset(self) -> None:
+        if isinstance(self.screen, ParityScreen):
+            self.notify("close the parity check first (escape), then press p", timeout=4)
+            return
         if self.host is None:
             self.notify(NEEDS_ENGINE, severity="warning")
             return

@@ -91,5 +91,6 @@ class HangupSafeDriver(LinuxDriver):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if self._file is not None and not isinstance(self._file, TerminalOutput):
-            self._file = TerminalOutput(self._file)  # type: ignore[assignment]
+        file = getattr(self, "_file", None)  # Textual 8.2's LinuxDriver draws on self._file
+        if file is not None and not isinstance(file, TerminalOutput):
+            self._file = TerminalOutput(file)  # type: ignore[assignment]

@@ -47,7 +47,12 @@ NO_PRESET = "the parity check needs a preset: start tuitrain with one (this app 
 class ParityScreen(ModalScreen[None]):
     """Runs the parity check in a thread and shows it; escape cancels or closes."""
 
-    BINDINGS = [Binding("escape,q", "close", "Cancel / close")]
+    BINDINGS = [
+        Binding("escape,q", "close", "Cancel / close"),
+        # A modal screen hides the app's bindings: these two say why they do nothing here.
+        Binding("p", "app.pick_preset", show=False),
+        Binding("space", "app.toggle_pause", show=False),
+    ]
 
     def __init__(
         self,
