@@ -41,8 +41,11 @@ def install_signal_handlers(control: Control) -> None:
         name, code = names[signal.Signals(signum)]
         if control.stop_requested:  # a second Ctrl-C: leave now
             raise SystemExit(code)
-        print(f"tuitrain: {name} received, stopping after the current step", file=sys.stderr)
         control.request_stop(f"stopped by {name}", exit_code=code)
+        # SIGHUP: the terminal is gone and this print fails with EIO; raised here, in the
+        # middle of a step, it would fail the run instead of stopping it.
+        with contextlib.suppress(OSError, ValueError):
+            print(f"tuitrain: {name} received, stopping after the current step", file=sys.stderr)
 
     for signum in names:
         if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
