@@ -39,7 +39,12 @@ def install_signal_handlers(control: Control) -> None:
 
     def on_signal(signum: int, _frame: object) -> None:
         name, code = names[signal.Signals(signum)]
-        if control.stop_requested:  # a second Ctrl-C: leave now
+        if control.stop_requested:  # a second Ctrl-C: leave now (or once a save is written)
+            if control.state in ("completed", "stopped", "failed"):
+                return  # the run is over and the process on its way out: nothing to cut
+            if control.in_critical:
+                control.leave_code = code
+                return
             raise SystemExit(code)
         control.request_stop(f"stopped by {name}", exit_code=code)
         # SIGHUP: the terminal is gone and this print fails with EIO; raised here, in the

@@ -5,7 +5,9 @@ The trainer polls it at step boundaries; nothing here touches torch.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 
 
 class Control:
@@ -21,6 +23,12 @@ class Control:
         self._checkpoint = False
         self._profile_steps = 0
         self.step = 0  # the last optimizer step the engine finished (set by the engine)
+        # A second Ctrl-C/SIGTERM "leaves now" (launch.on_signal) by raising SystemExit in
+        # the main thread, wherever it is; never inside a checkpoint save or the end record:
+        # there it waits for the section's end (torch.save would turn it into a RuntimeError
+        # and the record could be torn).
+        self.leave_code: int | None = None
+        self._critical = 0
         self.state = "idle"  # set by the engine: starting, compiling, running, paused, ...
 
     # -- requests (any thread) ---------------------------------------------------------
@@ -58,6 +66,22 @@ class Control:
     def request_profile(self, steps: int) -> None:
         with self._lock:
             self._profile_steps = steps
+
+    @property
+    def in_critical(self) -> bool:
+        return self._critical > 0
+
+    @contextlib.contextmanager
+    def critical(self) -> Iterator[None]:
+        """A section a second signal must not cut; if one came meanwhile, leave after it."""
+        self._critical += 1
+        try:
+            yield
+        finally:
+            self._critical -= 1
+        if not self._critical and self.leave_code is not None:
+            code, self.leave_code = self.leave_code, None  # raised once
+            raise SystemExit(code)
 
     # -- polled by the engine --------------------------------------------------------------
     @property

@@ -383,9 +383,14 @@ class Trainer:
         if not self.dist.is_main:
             self.save_rank_state()
             return None
+        with self.control.critical():  # a second Ctrl-C waits for the file and its event
+            return self.save_main(reason)
+
+    def save_main(self, reason: str) -> Path | None:
         from tuitrain.engine.checkpoint import save_checkpoint
         from tuitrain.engine.state import capture
 
+        assert self.run_dir is not None
         try:
             path = save_checkpoint(self.run_dir, capture(self), self.cfg.checkpoint.keep)
         except OSError as exc:
