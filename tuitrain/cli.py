@@ -21,6 +21,7 @@ EXIT_CODES_HELP = """exit codes:
   0    completed            1    training failed (NaN loss, out of memory, a bug)
   2    usage, preset, data or checkpoint error
   3    tuitrain parity: FAIL (mixed precision lost more than 0.5 point)
+  129  stopped by SIGHUP (the terminal went away)
   130  stopped by SIGINT (Ctrl-C)    143  stopped by SIGTERM
 """
 

@@ -59,7 +59,7 @@ def test_help_lists_the_contract() -> None:
         "--list-presets",
     ]:
         assert flag in proc.stdout
-    assert "143" in proc.stdout and "130" in proc.stdout
+    assert "143" in proc.stdout and "130" in proc.stdout and "129" in proc.stdout
 
 
 def test_list_presets_from_another_directory(tmp_path: Path) -> None:
