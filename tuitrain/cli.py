@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 from tuitrain import __version__
 from tuitrain.config import DEFAULT_PRESET, Config, describe_presets, load_preset, overrides_from
 from tuitrain.errors import EXIT_SIGINT, EXIT_USAGE, UserError
-from tuitrain.launch import resume_config, run_headless
+from tuitrain.launch import defer_signals, resume_config, run_headless
 
 EXIT_CODES_HELP = """exit codes:
   0    completed            1    training failed (NaN loss, out of memory, a bug)
@@ -193,6 +193,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             return launch_nproc(args.nproc, without_nproc(argv))
         overrides = args.overrides + flag_overrides(args)
         if args.resume:
+            defer_signals()  # resume_config imports torch to read the checkpoint
             cfg, state = resume_config(args, overrides)
             return run_headless(cfg, resume=state)
         cfg = load_preset(args.preset or DEFAULT_PRESET, overrides)

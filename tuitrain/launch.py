@@ -26,16 +26,38 @@ if TYPE_CHECKING:
     from tuitrain.engine.control import Control
 
 
+SIGNAL_NAMES = {
+    signal.SIGINT: ("SIGINT", EXIT_SIGINT),
+    signal.SIGTERM: ("SIGTERM", EXIT_SIGTERM),
+    signal.SIGHUP: ("SIGHUP", EXIT_SIGHUP),
+}
+EARLY_SIGNALS: list[int] = []  # stop signals that came before the run's handlers were in place
+
+
+def defer_signals() -> None:
+    """Until the run installs its own handlers: note a stop signal instead of acting on it.
+
+    A KeyboardInterrupt raised while torch is importing can be swallowed by torch's C++
+    (NumPy's initialisation, pybind11's exec), leaving numpy half-imported ("module 'numpy'
+    has no attribute 'multiply'" at the first step) or making CPython re-raise SIGINT at exit.
+    The run reads EARLY_SIGNALS once its imports are done.
+    """
+
+    def note(signum: int, _frame: object) -> None:
+        EARLY_SIGNALS.append(signum)
+
+    for signum in SIGNAL_NAMES:
+        if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
+            continue  # nohup
+        signal.signal(signum, note)
+
+
 def install_signal_handlers(control: Control) -> None:
     """SIGINT/SIGTERM/SIGHUP: finish the current step, write the end, exit 130/143/129.
 
     SIGHUP is left alone when it is ignored (`nohup`): the run goes on after the SSH session.
     """
-    names = {
-        signal.SIGINT: ("SIGINT", EXIT_SIGINT),
-        signal.SIGTERM: ("SIGTERM", EXIT_SIGTERM),
-        signal.SIGHUP: ("SIGHUP", EXIT_SIGHUP),
-    }
+    names = SIGNAL_NAMES
 
     def on_signal(signum: int, _frame: object) -> None:
         name, code = names[signal.Signals(signum)]
@@ -111,6 +133,7 @@ def process_group(cfg: Config) -> Iterator[Any]:
 
 def run_headless(cfg: Config, resume: dict[str, Any] | None = None) -> int:
     """Train without a UI; under torchrun (WORLD_SIZE > 1) as one rank of the job."""
+    defer_signals()  # before the imports below pull in torch
     from tuitrain.engine.distributed import broadcast_object, farewell
 
     with process_group(cfg) as info:
@@ -165,6 +188,10 @@ def _run_rank(cfg: Config, resume: dict[str, Any] | None, info: Any) -> int:
     from tuitrain.metrics.sinks import ConsoleSink, FanOutSink, JsonlSink, Sink
     from tuitrain.ui.terminal import native_stderr_to
 
+    if EARLY_SIGNALS and info.world_size == 1:  # nothing started yet: nothing to save
+        name, code = SIGNAL_NAMES[signal.Signals(EARLY_SIGNALS[0])]
+        print(f"tuitrain: stopped by {name} before training started.", file=sys.stderr)
+        return code
     run_dir = None
     if info.is_main:
         try:
@@ -179,6 +206,9 @@ def _run_rank(cfg: Config, resume: dict[str, Any] | None, info: Any) -> int:
     run_dir = Path(sent)
     control = Control()
     install_signal_handlers(control)
+    if EARLY_SIGNALS:  # DDP: every rank must reach the same stop, at the first agreed step
+        name, code = SIGNAL_NAMES[signal.Signals(EARLY_SIGNALS.pop(0))]
+        control.request_stop(f"stopped by {name} before training started", exit_code=code)
     log_name = "train.log" if info.is_main else f"rank-{info.rank}.log"
     # other ranks: native stderr (torch's warnings) too, so nothing scribbles over rank 0's UI
     quiet = native_stderr_to(run_dir / log_name) if not info.is_main else contextlib.nullcontext()

@@ -139,7 +139,13 @@ def test_ctrl_c_during_startup_is_one_line_and_exit_130(tmp_path: Path) -> None:
     time.sleep(0.5)  # the interpreter is up, torch is still importing
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    # The signal is noted while torch imports (launch.defer_signals) and acted on after:
+    # raised inside the import, torch's C++ swallowed it and left numpy half-imported (the
+    # run then failed, "looks like a bug"), or CPython re-raised SIGINT at exit. A death by
+    # SIGINT (a shell shows 130 too) remains possible only if it lands before main() runs.
+    assert proc.returncode in (130, -signal.SIGINT), err
+    assert "looks like a bug" not in err
+    assert "before training started" in err or "stopping after the current step" in err
     assert "Traceback" not in err and "SIGINT" in err
 
 

@@ -169,6 +169,7 @@ def fail(
         if isinstance(exc, SystemExit) and isinstance(exc.code, int):
             reason = f"{control.stop_reason or 'stopped'}; a second signal left mid-step"
             result = RunResult("stopped", reason, trainer.step if trainer else 0, exc.code)
+            control.state = "stopped"  # from here on launch.on_signal ignores more signals
             with contextlib.suppress(Exception):
                 sink.write(end_record(result, trainer, started))
                 sink.flush()
