@@ -94,7 +94,7 @@ class TuitrainApp(SessionApp):
         self.profile_wanted = False  # f was pressed: open the table when it arrives
         self.checkpoint_wanted = False  # s was pressed: say where the checkpoint went
         self.last_event: object = None  # the newest event already acted on
-        self._text_version = -1
+        self._text_version: tuple[int, bool] = (-1, False)  # (store version, compact layout)
         self.footer = Footer()
         self.watched_path: Path | None = None  # watch mode: the followed metrics.jsonl
 
@@ -143,7 +143,6 @@ class TuitrainApp(SessionApp):
         footer = self.footer
         footer.compact = event.size.width < 100
         footer.show_command_palette = event.size.width >= 100
-        self._text_version = -1  # summaries depend on the layout (compact or not): redo them
 
     def reset_view(self) -> None:
         for panel in self.panels:
@@ -179,9 +178,13 @@ class TuitrainApp(SessionApp):
         frame = self.frame()
         self.status_bar.refresh_text(frame, stopping=self.pending is not None)
         self.refresh_banner(frame)
-        if frame.snap.version == self._text_version:
+        # The summaries depend on the layout too (compact: the per-rank table is one note).
+        # The screen's breakpoint classes may change after App.on_resize: key on them.
+        screen = self.status_bar.screen
+        compact = screen.has_class("-narrow") or screen.has_class("-short")
+        if (frame.snap.version, compact) == self._text_version:
             return
-        self._text_version = frame.snap.version
+        self._text_version = (frame.snap.version, compact)
         for panel in self.panels:
             panel.refresh_text(frame)
         self.event_log.refresh_text(frame)
