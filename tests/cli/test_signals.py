@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from tests.cli.test_cli import ROOT, TINY, read_records
+from tests.pty_tools import hang_up_after_first_record
 
 
 def start(run_dir: Path, *extra: str) -> subprocess.Popen:
@@ -75,35 +76,9 @@ def test_headless_run_whose_terminal_hangs_up_stops_with_129(tmp_path: Path) -> 
     """`tuitrain --no-ui` in the foreground of an SSH session that drops: its console lines
     fail with EIO, then SIGHUP arrives. The run must stop cleanly (stop checkpoint, end
     record 'stopped by SIGHUP', exit 129), not fail on the dead console."""
-    import json
-    import pty
-
-    master, slave = pty.openpty()
-    os.set_blocking(master, False)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TUITRAIN_NO_DOWNLOAD": "1"}
     args = ["--no-ui", "--run-dir", str(tmp_path), "--epochs", "100", *TINY]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tuitrain", *args, "--set", "train.pace_s=0.02"],
-        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
-    )  # fmt: skip
-    os.close(slave)
-    metrics = tmp_path / "metrics.jsonl"
-    try:
-        deadline = time.monotonic() + 60
-        while '"type": "train"' not in (metrics.read_text() if metrics.exists() else ""):
-            assert proc.poll() is None and time.monotonic() < deadline, "the run never logged"
-            try:
-                os.read(master, 65536)  # keep the terminal drained while it is up
-            except BlockingIOError:
-                time.sleep(0.1)
-        os.close(master)  # the terminal goes away: console writes fail with EIO from now on
-        time.sleep(1.0)  # log lines into the dead terminal
-        proc.send_signal(signal.SIGHUP)
-        code = proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    end = json.loads(metrics.read_text().splitlines()[-1])
+    args += ["--set", "train.pace_s=0.02"]
+    code, end = hang_up_after_first_record(args, env, tmp_path / "metrics.jsonl")
     assert end["type"] == "end" and end["reason"] == "stopped by SIGHUP", end
     assert code == 129

@@ -8,19 +8,14 @@ had ended, or left with exit 1 from an EIO while restoring stderr.
 from __future__ import annotations
 
 import errno
-import json
 import os
-import pty
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from textual.drivers._writer_thread import WriterThread
 
+from tests.pty_tools import hang_up_after_first_record
 from tests.ui.fake_records import filled_store
 from tuitrain.errors import EXIT_SIGHUP
 from tuitrain.ui.app import TuitrainApp
@@ -48,47 +43,22 @@ def test_writer_over_a_hung_up_terminal_never_blocks() -> None:
     assert not writer.is_alive()
 
 
-async def test_the_app_draws_through_the_hangup_safe_driver() -> None:
+async def test_the_app_draws_through_the_hangup_safe_driver(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TEXTUAL_DRIVER", raising=False)  # textual serve's driver would win
     app = TuitrainApp(store=filled_store())
-    if os.environ.get("TEXTUAL_DRIVER"):
-        pytest.skip("TEXTUAL_DRIVER picks the driver")
     assert app.get_driver_class() is HangupSafeDriver
 
 
 def test_hangup_stops_the_run_and_exits_129(
     tmp_path: Path, ui_overrides: Callable[..., list[str]]
 ) -> None:
-    """A real terminal (pty) that hangs up: the master closes, then SIGHUP and SIGCONT
-    arrive as a login shell sends them."""
-    master, slave = pty.openpty()
-    os.set_blocking(master, False)
-    run_dir = tmp_path / "first-run"
+    """A real terminal (pty) that hangs up while the dashboard draws on it."""
     sets = [arg for o in ui_overrides(epochs=50) for arg in ("--set", o)]
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
     env.pop("TEXTUAL_DRIVER", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tuitrain", *sets],
-        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
-    )  # fmt: skip
-    os.close(slave)
-    metrics = run_dir / "metrics.jsonl"
-    try:
-        deadline = time.monotonic() + 60
-        while '"type": "train"' not in (metrics.read_text() if metrics.exists() else ""):
-            assert proc.poll() is None and time.monotonic() < deadline, "the run never logged"
-            try:
-                os.read(master, 65536)  # keep the terminal drained while it is up
-            except BlockingIOError:
-                time.sleep(0.1)
-        os.close(master)  # the terminal goes away: writes to it fail with EIO from now on
-        time.sleep(1.0)  # a second of frames into the dead terminal
-        proc.send_signal(signal.SIGHUP)
-        proc.send_signal(signal.SIGCONT)
-        code = proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    metrics = tmp_path / "first-run" / "metrics.jsonl"
+    code, end = hang_up_after_first_record(sets, env, metrics)
     assert code == EXIT_SIGHUP
-    end = json.loads(metrics.read_text().splitlines()[-1])
     assert end["type"] == "end" and end["reason"] == "stopped by SIGHUP"

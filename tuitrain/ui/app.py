@@ -37,14 +37,22 @@ from tuitrain.ui.screens.presets import PresetScreen
 from tuitrain.ui.screens.profile import ProfileScreen
 from tuitrain.ui.session import NEEDS_ENGINE, RunEnded, SessionApp
 from tuitrain.ui.terminal import native_stderr_to, say
-from tuitrain.ui.view import Frame, failure, format_duration, quiet_seconds, silence
+from tuitrain.ui.view import (
+    PLOT_INTERVAL_S,
+    TEXT_INTERVAL_S,
+    Frame,
+    failure,
+    format_duration,
+    quiet_seconds,
+    silence,
+)
 from tuitrain.ui.widgets.banner import Banner, failure_text
 from tuitrain.ui.widgets.datawait import DataWaitPanel
 from tuitrain.ui.widgets.events import EventLog
 from tuitrain.ui.widgets.loss import LossPanel
 from tuitrain.ui.widgets.memory import MemoryPanel
 from tuitrain.ui.widgets.overview import OverviewPanel
-from tuitrain.ui.widgets.panel import Panel, esc
+from tuitrain.ui.widgets.panel import Panel, compact_layout, esc
 from tuitrain.ui.widgets.scaler import ScalerPanel
 from tuitrain.ui.widgets.status import StatusBar
 from tuitrain.ui.widgets.throughput import ThroughputPanel
@@ -52,12 +60,6 @@ from tuitrain.ui.widgets.throughput import ThroughputPanel
 if TYPE_CHECKING:
     from tuitrain.engine.setup import DistInfo
 
-# Refresh rates. The UI's work holds the GIL that the engine thread needs between two torch
-# ops, so on a CPU it costs training about 1.5x its own CPU share (BENCHMARKS.md item 4):
-# 2 Hz / 1 Hz took the app's main thread from 0.049 to 0.036 cores on the default preset.
-# Keys do not wait for a tick: actions refresh the view at once.
-TEXT_INTERVAL_S = 0.5  # text at 2 Hz
-PLOT_INTERVAL_S = 1.0  # plots at 1 Hz
 PROFILE_STEPS = 20
 JOIN_TIMEOUT_S = 30.0  # after the app exits, how long run_app waits for the engine thread
 QUIT_TIP = "Stop at a step boundary, finish writing, exit (press again: exit now)"
@@ -180,8 +182,7 @@ class TuitrainApp(SessionApp):
         self.refresh_banner(frame)
         # The summaries depend on the layout too (compact: the per-rank table is one note).
         # The screen's breakpoint classes may change after App.on_resize: key on them.
-        screen = self.status_bar.screen
-        compact = screen.has_class("-narrow") or screen.has_class("-short")
+        compact = compact_layout(self.status_bar.screen)
         if (frame.snap.version, compact) == self._text_version:
             return
         self._text_version = (frame.snap.version, compact)

@@ -28,6 +28,8 @@ from tuitrain.metrics.store import MetricStore, Series, Snapshot
 from tuitrain.ui.screens.help import HelpScreen
 from tuitrain.ui.view import (
     LOSS_SMOOTHING,
+    PLOT_INTERVAL_S,
+    TEXT_INTERVAL_S,
     derived_state,
     format_rate,
     median,
@@ -39,8 +41,6 @@ from tuitrain.ui.widgets.chart import Line, MetricChart, format_tick
 from tuitrain.ui.widgets.panel import same_objects
 from tuitrain.ui.widgets.status import STATE_STYLE
 
-TEXT_INTERVAL_S = 0.5  # text at 2 Hz, as the dashboard
-PLOT_INTERVAL_S = 1.0  # charts at 1 Hz
 COLORS = ("primary", "warning")  # run A, run B (theme variables), as on the parity screen
 COLUMNS = """\
 run: preset (from the run's header) · run dir · status: running, completed, failed, stopped \

@@ -23,6 +23,13 @@ Record = Mapping[str, Any]
 
 LOSS_SMOOTHING = 0.6  # EMA weight, as in TensorBoard's and W&B's smoothing slider
 
+# Refresh rates of the dashboard and `watch --compare`. The UI's work holds the GIL that the
+# engine thread needs between two torch ops, so on a CPU it costs training about 1.5x its own
+# CPU share (BENCHMARKS.md item 4): 2 Hz / 1 Hz took the app's main thread from 0.049 to 0.036
+# cores on the default preset. Keys do not wait for a tick: actions refresh the view at once.
+TEXT_INTERVAL_S = 0.5  # text at 2 Hz
+PLOT_INTERVAL_S = 1.0  # charts at 1 Hz
+
 
 # ------------------------------------------------------------------------------ numbers
 def format_duration(seconds: float | None) -> str:

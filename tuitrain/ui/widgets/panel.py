@@ -14,6 +14,7 @@ from rich.cells import cell_len
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
+from textual.dom import DOMNode
 from textual.geometry import Size
 from textual.markup import escape
 from textual.widgets import Sparkline, Static
@@ -31,6 +32,11 @@ def esc(value: object) -> str:
 def same_objects(a: Sequence[object], b: Sequence[object]) -> bool:
     """True when both hold the very same objects (identity, not equality: cheap)."""
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def compact_layout(screen: DOMNode) -> bool:
+    """The 80x24 layout (the app's breakpoint classes): summaries get two lines at most."""
+    return screen.has_class("-narrow") or screen.has_class("-short")
 
 
 def update_summary(summary: Static, text: str) -> None:

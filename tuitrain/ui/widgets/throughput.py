@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from tuitrain.metrics.store import Series, Snapshot
 from tuitrain.ui.view import Frame, format_rate, format_seconds, mean, rank_note, rank_table
 from tuitrain.ui.widgets.chart import Line
-from tuitrain.ui.widgets.panel import Panel
+from tuitrain.ui.widgets.panel import Panel, compact_layout
 
 
 class ThroughputPanel(Panel):
@@ -26,8 +26,7 @@ class ThroughputPanel(Panel):
         now, avg = format_rate(rate.last), format_rate(mean(rate.ys))
         rates = f"[$success]now[/] [b]{now}[/b]/s  mean {avg}/s"
         step = f"step {format_seconds(step_time)}{batch_text}"
-        screen = self.screen if self.is_attached else None
-        if screen is not None and (screen.has_class("-narrow") or screen.has_class("-short")):
+        if self.is_attached and compact_layout(self.screen):
             # Two lines at most: the per-rank table becomes one note, first on the line so
             # that a narrow panel's ellipsis does not hide it.
             note = rank_note(snap.latest)
