@@ -1,25 +1,29 @@
 """Item 7: per-preset GPU figures, for a lent CUDA machine (run it through bench/gpu.sh).
 
-    python bench/gpu.py --budget-s 420 --out $OUT/gpu.json
+    python3 bench/gpu.py --budget-s 400 --out $OUT/gpu.json
 
-For each preset, in priority order (fashion-fp32 first: it is the fp32 reference), a fresh
-subprocess runs the engine in-process (`tuitrain.engine.trainer.run`, compile = auto, so on)
-and reports: samples/s and data-wait share (the engine's train records, first interval
-left out), epoch time (derived: samples per epoch / samples/s, evaluation not included),
-compile time (the compile_done event), and host syncs per non-logging step: a wrapper around
-`Trainer.one_step` turns `torch.cuda.set_sync_debug_mode("warn")` on for steps that neither
-log nor compile (after the first interval) and counts the warnings, keeping the first few
-call sites. Mixed precision is compared with fp32 of the same model: fashion-bf16/fp16 with
-fashion-fp32, resnet18-synth-bf16 with the same preset at train.precision=fp32.
+For each run, in priority order (fashion-fp32 first: it is the fp32 reference; fashion-fp16
+before the ResNets; a budget cut drops the tail), a fresh subprocess runs the engine
+in-process (`tuitrain.engine.trainer.run`, compile = auto, so on) and reports: samples/s and
+data-wait share (the engine's train records, first interval left out), epoch time (derived:
+samples per epoch / samples/s, evaluation not included), compile time (the compile_done
+event), and host syncs per non-logging step: a wrapper around `Trainer.one_step` turns
+`torch.cuda.set_sync_debug_mode("warn")` on for steps that neither log nor compile (after the
+first interval) and counts the warnings, keeping the first few call sites. Mixed precision is
+compared with fp32 of the same model (fashion-bf16/fp16 with fashion-fp32, resnet18-synth-bf16
+with the same preset at train.precision=fp32), and compiled with eager (fashion-bf16 with
+fashion-bf16-eager: `compile_speedup`).
 
 The Fashion-MNIST files are not on the GPU machine: the fashion presets run on the subset
 shipped in the package (data.name=fashion_mini, 6k train / 1k val, 23 steps per epoch),
 with evaluation off during training so epoch ends do not break the timing. Every run is
 stopped (through its Control) right after its last measured log point, so no final evaluation
-runs: under torch.compile it would recompile the model for eval mode and spend the budget.
+runs.
 
-Writes the JSON after every preset (a timeout keeps what was measured) and prints it. Without
-CUDA it prints one line and exits with code 2 (--allow-cpu runs the plumbing on the CPU).
+Children import this tree's tuitrain (its root goes first on PYTHONPATH), so a bare copy of
+the tree with torch installed is enough. Writes the JSON after every run (a timeout keeps what
+was measured) and prints it; exits 1 when no run produced a figure. Without CUDA it prints one
+line and exits with code 2 (--allow-cpu runs the same plumbing on the CPU, tiny sizes).
 """
 
 from __future__ import annotations
@@ -36,22 +40,27 @@ from typing import Any
 from _common import emit, engine_records, machine, note, run_json, spread, train_stats
 
 FASHION = ["data.name=fashion_mini", "train.eval_every_epoch=false", "train.epochs=10000"]
-RUNS: list[tuple[str, str, list[str]]] = [  # (label, preset, overrides)
+EAGER = ['train.compile="off"']
+RESNET = ["train.eval_every_epoch=false"]
+# (label, preset, overrides), in priority order: a budget cut drops the tail
+RUNS: list[tuple[str, str, list[str]]] = [
     ("fashion-fp32", "fashion-fp32", FASHION),
     ("fashion-bf16", "fashion-bf16", FASHION),
-    ("resnet18-synth-bf16", "resnet18-synth-bf16", ["train.eval_every_epoch=false"]),
-    (
-        "resnet18-synth-fp32",
-        "resnet18-synth-bf16",
-        ["train.eval_every_epoch=false", 'train.precision="fp32"'],
-    ),
     ("fashion-fp16", "fashion-fp16", FASHION),
+    ("fashion-bf16-eager", "fashion-bf16", [*FASHION, *EAGER]),
+    ("resnet18-synth-bf16", "resnet18-synth-bf16", RESNET),
+    ("resnet18-synth-fp32", "resnet18-synth-bf16", [*RESNET, 'train.precision="fp32"']),
 ]
-SPEEDUPS = {
+SPEEDUPS = {  # mixed precision over fp32 of the same model, both compiled (compile = auto)
     "fashion-bf16": "fashion-fp32",
     "fashion-fp16": "fashion-fp32",
     "resnet18-synth-bf16": "resnet18-synth-fp32",
 }
+COMPILE_SPEEDUPS = {"fashion-bf16": "fashion-bf16-eager"}  # compiled over eager, same run
+# On a CPU (--allow-cpu) only the plumbing is tested: tiny batches, a few steps.
+CPU_STEPS = 12
+CPU_FASHION = ["train.log_every=4", "data.batch_size=32"]
+CPU_RESNET = ["train.log_every=4", "data.image_size=32", "data.batch_size=4"]
 
 
 def count_syncs(window_from: int, counts: dict[str, Any]) -> None:
@@ -89,6 +98,7 @@ def count_syncs(window_from: int, counts: dict[str, Any]) -> None:
 def child(preset: str, overrides: list[str], steps: int, device: str) -> dict[str, Any]:
     import torch
 
+    import tuitrain
     from tuitrain.config import load_preset
 
     log_every = load_preset(preset, overrides).train.log_every
@@ -125,6 +135,7 @@ def child(preset: str, overrides: list[str], steps: int, device: str) -> dict[st
         "sync_sites": counts["sites"],
         "peak_mem_bytes": torch.cuda.max_memory_allocated() if cuda else None,
         "device_name": header.get("device_name"),
+        "tuitrain_from": str(Path(tuitrain.__file__).parent),
     }
 
 
@@ -143,7 +154,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default_out = Path(os.environ["OUT"]) / "gpu.json" if os.environ.get("OUT") else "gpu.json"
     parser.add_argument("--out", default=str(default_out), help="where the JSON goes")
-    parser.add_argument("--budget-s", type=float, default=420, help="stop starting runs after")
+    parser.add_argument("--budget-s", type=float, default=400, help="stop starting runs after")
     parser.add_argument("--fashion-steps", type=int, default=1000)
     parser.add_argument("--resnet-steps", type=int, default=150)
     parser.add_argument("--only", nargs="*", help="labels to run (default: all, in order)")
@@ -170,12 +181,17 @@ def main() -> None:
         )
         sys.exit(2)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    # every child imports this tree's tuitrain, installed or not (sys.path[0] is bench/)
+    tree = str(Path(__file__).resolve().parents[1])
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [tree, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    )
     started = time.monotonic()
     summary: dict[str, Any] = {
         "item": "7 GPU per preset",
         "machine": machine(),
         "device": device_facts(),
-        "command": " ".join(["python bench/gpu.py", *sys.argv[1:]]),
+        "command": " ".join(["python3 bench/gpu.py", *sys.argv[1:]]),
         "notes": "fashion presets on data.name=fashion_mini (6k/1k), eval off while training",
         "runs": {},
         "skipped": [],
@@ -191,10 +207,8 @@ def main() -> None:
             overrides = [*overrides, 'train.compile="off"']
         steps = args.resnet_steps if preset.startswith("resnet") else args.fashion_steps
         if device == "cpu":
-            steps = min(steps, 40)
-            overrides = [*overrides, "train.log_every=10"]
-            if preset.startswith("resnet"):
-                overrides = [*overrides, "data.image_size=32", "data.batch_size=8"]
+            steps = min(steps, CPU_STEPS)
+            overrides = [*overrides, *(CPU_RESNET if preset.startswith("resnet") else CPU_FASHION)]
         cmd = [
             sys.executable,
             __file__,
@@ -213,16 +227,21 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - keep going, record what failed
             summary["runs"][label] = {"error": f"{type(exc).__name__}: {str(exc)[-600:]}"}
             note(f"{label}: failed: {exc}")
-        summary["speedup_vs_fp32"] = speedups(summary["runs"])
+        summary["speedup_vs_fp32"] = speedups(summary["runs"], SPEEDUPS)
+        summary["compile_speedup"] = speedups(summary["runs"], COMPILE_SPEEDUPS)
         summary["elapsed_s"] = round(time.monotonic() - started, 1)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(summary, indent=2, default=str) + "\n")
     emit(summary)
+    if not any("samples_per_s" in r for r in summary["runs"].values()):
+        note("no run produced a figure")
+        sys.exit(1)
 
 
-def speedups(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def speedups(runs: dict[str, dict[str, Any]], pairs: dict[str, str]) -> dict[str, Any]:
+    """runs[a] / runs[b] in samples/s for each (a, b) of `pairs` that both measured."""
     out: dict[str, Any] = {}
-    for mixed, fp32 in SPEEDUPS.items():
+    for mixed, fp32 in pairs.items():
         a, b = runs.get(mixed, {}), runs.get(fp32, {})
         if "samples_per_s" in a and "samples_per_s" in b:
             out[mixed] = spread([a["samples_per_s"] / b["samples_per_s"]])["median"]

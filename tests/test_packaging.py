@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -11,9 +12,24 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_wheel_install_lists_presets_from_another_directory(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
-    # system site-packages give the venv torch without a 5 GB reinstall; tuitrain itself is
-    # installed into the venv from a freshly built wheel and shadows the editable checkout.
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    # The new venv sees this interpreter's site-packages (torch, textual: no 5 GB reinstall)
+    # through a .pth line, whether the suite runs in a venv or not (--system-site-packages
+    # would give it the base interpreter's, without torch, when the suite runs in a venv).
+    # Paths listed in a .pth are added as they are: the editable checkout's own .pth in
+    # there is not processed, so the wheel installed below is what the venv imports.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    venv_site = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import sysconfig; print(sysconfig.get_path('purelib'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    ours = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    (Path(venv_site) / "outer_site.pth").write_text("\n".join(ours) + "\n")
     wheel_dir = tmp_path / "wheel"
     subprocess.run(
         [
@@ -31,7 +47,8 @@ def test_wheel_install_lists_presets_from_another_directory(tmp_path: Path) -> N
         check=True,
     )
     wheel = next(wheel_dir.glob("tuitrain-*.whl"))
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)]
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python")]
+    pip += ["install", "-q", "--no-deps", str(wheel)]
     subprocess.run(pip, check=True)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -157,6 +157,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def nproc_device(args: argparse.Namespace, overrides: list[str]) -> str:
+    """The device the ranks will ask for (`train.device`), so that `--nproc` can be checked
+    against the visible GPUs before any rank starts. A resumed run keeps its checkpoint's
+    config, which each rank reads: only an explicit --device counts there."""
+    if args.resume:
+        return args.device or "auto"
+    return load_preset(args.preset or DEFAULT_PRESET, overrides).train.device
+
+
 def exit_rank(code: int) -> NoReturn:
     """A torchrun rank leaves without interpreter finalization, once its process group is
     destroyed and every file is closed: gloo's C++ threads torn down during finalization
@@ -187,11 +196,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.preset is not None and not args.preset.strip():
             raise UserError("--preset is empty; name one from tuitrain --list-presets or a file.")
+        overrides = args.overrides + flag_overrides(args)
         if args.nproc is not None and "WORLD_SIZE" not in os.environ:
             from tuitrain.launch import launch_nproc
 
-            return launch_nproc(args.nproc, without_nproc(argv))
-        overrides = args.overrides + flag_overrides(args)
+            return launch_nproc(args.nproc, without_nproc(argv), nproc_device(args, overrides))
         if args.resume:
             defer_signals()  # resume_config imports torch to read the checkpoint
             cfg, state = resume_config(args, overrides)

@@ -11,13 +11,12 @@ import dataclasses
 import difflib
 import math
 import os
+import tomllib
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-
-import tomllib
 
 from tuitrain.errors import UserError
 

@@ -226,13 +226,17 @@ def _run_rank(cfg: Config, resume: dict[str, Any] | None, info: Any) -> int:
     return result.exit_code
 
 
-def launch_nproc(nproc: int, argv: list[str]) -> int:
-    """`tuitrain --nproc N ...`: the same command under torch's elastic launcher (torchrun)."""
+def launch_nproc(nproc: int, argv: list[str], device: str = "auto") -> int:
+    """`tuitrain --nproc N ...`: the same command under torch's elastic launcher (torchrun).
+    On CUDA each rank needs a GPU of its own: more ranks than visible GPUs is refused here."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
+    from tuitrain.engine.device import check_nproc
+
     if nproc < 1:
         raise UserError(f"--nproc {nproc} must be at least 1.")
+    check_nproc(nproc, device)
     try:
         torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", "tuitrain", *argv])
     except ChildFailedError as exc:

@@ -11,7 +11,14 @@ import pytest
 import torch
 
 from tuitrain.engine import Control, run
-from tuitrain.engine.precision import FP16Precision, make_precision
+from tuitrain.engine import precision as precision_mod
+from tuitrain.engine.device import bf16_supported
+from tuitrain.engine.precision import (
+    BF16Precision,
+    FP16Precision,
+    make_precision,
+    resolve_precision,
+)
 from tuitrain.metrics import MetricStore, StoreSink
 
 TRAIN_FIELDS = [
@@ -110,8 +117,34 @@ def test_precision_modes_really_change_dtypes() -> None:
         assert layer(x).dtype == torch.float16
     with make_precision("fp32", cpu).autocast():
         assert layer(x).dtype == torch.float32
-    assert make_precision("auto", cpu).name == "bf16"  # this CPU has AVX512-BF16
+    native = bf16_supported(cpu)  # AVX512-BF16 or AMX: this machine's answer, either way
+    assert make_precision("auto", cpu).name == ("bf16" if native else "fp32")
     assert isinstance(make_precision("fp16", cpu), FP16Precision)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_follows_native_bf16(monkeypatch: pytest.MonkeyPatch, native: bool) -> None:
+    """Both branches on any machine: auto is bf16 only where bf16 is native (never emulated),
+    else fp16 on CUDA (with its GradScaler) and fp32 on a CPU."""
+    monkeypatch.setattr(precision_mod, "bf16_supported", lambda device: native)
+    assert resolve_precision("auto", torch.device("cpu")) == ("bf16" if native else "fp32")
+    assert resolve_precision("auto", torch.device("cuda", 0)) == ("bf16" if native else "fp16")
+    assert resolve_precision("bf16", torch.device("cpu")) == "bf16"  # asked for: it runs
+
+
+@pytest.mark.parametrize("device_type", ["cpu", "cuda"])
+def test_emulated_bf16_says_so(monkeypatch: pytest.MonkeyPatch, device_type: str) -> None:
+    device = torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu")
+    monkeypatch.setattr(precision_mod, "device_name", lambda device: "Tesla T4")
+    monkeypatch.setattr(precision_mod, "bf16_supported", lambda device: False)
+    warning = BF16Precision(device).start_warning()
+    assert warning is not None and "emulated" in warning[0]
+    fix = "--precision fp16" if device_type == "cuda" else "--precision fp32"
+    assert fix in warning[1], warning
+    if device_type == "cuda":
+        assert "Tesla T4" in warning[0]
+    monkeypatch.setattr(precision_mod, "bf16_supported", lambda device: True)
+    assert BF16Precision(device).start_warning() is None
 
 
 def test_training_learns(tiny_config) -> None:
@@ -226,13 +259,27 @@ def test_profile_cut_short_by_the_end_reports_what_it_has(tiny_config, tmp_path:
 
 @pytest.mark.slow
 def test_compile_reports_its_time_outside_throughput(tiny_config) -> None:
-    sink = ListSink()
+    from torch._dynamo.utils import counters
+
+    graphs: dict[str, int] = {}
+
+    class GraphCounter(ListSink):
+        """Counts the graphs dynamo compiled when the compile ends and when eval is done."""
+
+        def write(self, record: dict) -> None:
+            if record.get("kind") == "compile_done" or record["type"] == "eval":
+                graphs[record.get("kind") or "eval"] = counters["stats"]["unique_graphs"]
+            super().write(record)
+
+    sink = GraphCounter()
     cfg = tiny_config("train.compile=on", "train.max_steps=4", "train.precision=bf16")
     result = run(cfg, sink)
     assert result.status == "completed"
     assert sink.of("header")[0]["compile"] is True
     done = [e for e in sink.of("event") if e.get("kind") == "compile_done"]
     assert len(done) == 1 and done[0]["seconds"] > 1.0
+    # the final evaluation runs the plain module: no second (eval-mode) compile, unseen
+    assert sink.of("eval") and graphs["eval"] == graphs["compile_done"] > 0, graphs
     # throughput intervals start after the compile step, so no interval includes it
     steps_per_s = [r["samples_per_s"] / 256 for r in sink.of("train")]
     assert all(1 / s < done[0]["seconds"] for s in steps_per_s)

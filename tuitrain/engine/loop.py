@@ -345,20 +345,23 @@ class Trainer:
 
     # ---------------------------------------------------------------- evaluation
     def evaluate(self) -> None:
-        """Validation loss and accuracy under inference_mode; one sync at the end."""
+        """Validation loss and accuracy under inference_mode; one sync at the end. The plain
+        module runs it, not the compiled one: eval mode and inference_mode would make
+        torch.compile compile a second graph, a stall of seconds to minutes shown as
+        "evaluating" (eval sets are small; eager costs less than that compile)."""
         p = self.parts
         self.control.state = "evaluating"
-        p.train_model.eval()
+        p.model.eval()
         loss_sum = torch.zeros((), device=p.device)
         correct = torch.zeros((), device=p.device, dtype=torch.int64)
         count = 0
         with torch.inference_mode(), p.precision.autocast():
             for x, y in p.data.val.batches(0):
-                logits = p.train_model(x)
+                logits = p.model(x)
                 loss_sum += nn.functional.cross_entropy(logits.float(), y, reduction="sum")
                 correct += (logits.argmax(dim=1) == y).sum()
                 count += y.shape[0]
-        p.train_model.train()
+        p.model.train()
         self.val_loss = loss_sum.item() / max(count, 1)  # sync point: once per evaluation
         self.val_acc = correct.item() / max(count, 1)
         self.sink.write(

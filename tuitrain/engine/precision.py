@@ -12,8 +12,7 @@ from contextlib import AbstractContextManager as ContextManager
 
 import torch
 
-from tuitrain.engine.device import bf16_supported
-from tuitrain.errors import UserError
+from tuitrain.engine.device import bf16_supported, device_name
 
 
 class Precision:
@@ -53,6 +52,23 @@ class BF16Precision(Precision):
 
     def autocast(self) -> ContextManager[object]:
         return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+
+    def start_warning(self) -> tuple[str, str] | None:
+        """bf16 asked for where it is emulated: it runs, slowly, and the run says so."""
+        if self.device.type not in ("cuda", "cpu") or bf16_supported(self.device):
+            return None
+        if self.device.type == "cuda":
+            return (
+                f"bf16 on {device_name(self.device)} is emulated: bf16 tensor cores start "
+                "with Ampere (sm_80), so it runs slower than fp16 here",
+                "use --precision fp16 (with its GradScaler) on this GPU",
+            )
+        capability = torch.backends.cpu.get_cpu_capability()
+        return (
+            f"bf16 on this CPU ({capability}) is emulated: it has no AVX512-BF16 or AMX, so "
+            "bf16 autocast runs ~5x slower than fp32",
+            "use --precision fp32 on this CPU",
+        )
 
 
 class FP16Precision(Precision):
@@ -109,16 +125,13 @@ def cpu_fp16_native() -> bool | None:
 
 
 def resolve_precision(name: str, device: torch.device) -> str:
-    """auto = bf16 where supported, else fp16 on CUDA, else fp32."""
+    """auto = bf16 where it is native (Ampere+ GPUs, CPUs with AVX512-BF16/AMX), else fp16 on
+    CUDA, else fp32. An explicit bf16 or fp16 always runs; where it is emulated the run
+    starts with a warning event (`Precision.start_warning`)."""
     if name == "auto":
         if bf16_supported(device):
             return "bf16"
         return "fp16" if device.type == "cuda" else "fp32"
-    if name == "bf16" and device.type == "cuda" and not bf16_supported(device):
-        raise UserError(
-            f"--precision bf16 is not supported on {torch.cuda.get_device_name(device)} "
-            "(needs Ampere or newer); use --precision fp16."
-        )
     return name
 
 

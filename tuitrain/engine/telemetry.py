@@ -1,4 +1,5 @@
-"""Memory and device telemetry read at log points: allocator, NVML where present, host RSS."""
+"""Memory and device telemetry read at log points: the allocator, device-wide memory in use
+(NVML or cudaMemGetInfo), NVML utilisation where present, host RSS."""
 
 from __future__ import annotations
 
@@ -19,13 +20,26 @@ def host_rss_bytes() -> int:
         return int(peak_kib) * 1024
 
 
+def nvml_uuid(device: torch.device) -> str | None:
+    """The torch device's UUID as NVML spells it ("GPU-…"/"MIG-…"), or None. torch numbers
+    devices after CUDA_VISIBLE_DEVICES, NVML does not: only the UUID names the same GPU."""
+    uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", "") or "")
+    if not uuid:
+        return None
+    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
 class Telemetry:
-    """Reads memory and utilisation; NVML is imported only on CUDA and only if installed."""
+    """Reads memory and utilisation. On CUDA, NVML (nvidia-ml-py, a default dependency on
+    Linux) gives utilisation and the device-wide memory in use, for the GPU found by the
+    torch device's UUID; without NVML the memory in use comes from cudaMemGetInfo and
+    utilisation stays null."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self._nvml_handle: Any = None
         self._nvml: Any = None
+        self.nvml_error: str | None = None
         if device.type == "cuda":
             self._init_nvml()
 
@@ -34,11 +48,18 @@ class Telemetry:
             import pynvml  # from nvidia-ml-py
 
             pynvml.nvmlInit()
-            index = self.device.index if self.device.index is not None else 0
-            self._nvml_handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = nvml_uuid(self.device)
+            if uuid is not None:
+                self._nvml_handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+            elif "CUDA_VISIBLE_DEVICES" not in os.environ:  # indices agree only then
+                self._nvml_handle = pynvml.nvmlDeviceGetHandleByIndex(self.device.index or 0)
+            else:
+                self.nvml_error = "no device UUID from torch under CUDA_VISIBLE_DEVICES"
+                return
             self._nvml = pynvml
-        except Exception:  # absent library, no driver, container without NVML: fields stay null
+        except Exception as exc:  # absent library, no driver, container without NVML
             self._nvml = None
+            self.nvml_error = f"{type(exc).__name__}: {exc}"
 
     def total_memory_bytes(self) -> int | None:
         if self.device.type == "cuda":
@@ -68,5 +89,11 @@ class Telemetry:
                 out["gpu_util_pct"] = float(util.gpu)
                 out["gpu_mem_used_bytes"] = int(mem.used)
             except Exception:
+                pass
+        if self.device.type == "cuda" and out["gpu_mem_used_bytes"] is None:
+            try:  # device-wide, all processes: what nvidia-smi shows as used
+                free, total = torch.cuda.mem_get_info(self.device)
+                out["gpu_mem_used_bytes"] = int(total - free)
+            except RuntimeError:
                 pass
         return out

@@ -12,7 +12,7 @@ import platform
 import time
 import traceback
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import torch
 import tuitrain
 from tuitrain.config import Config
 from tuitrain.engine.control import Control
-from tuitrain.engine.device import device_name
+from tuitrain.engine.device import device_name, tf32_active, unused_gpu_warning
 from tuitrain.engine.loop import Trainer, event
 from tuitrain.engine.setup import DistInfo, RunParts, build_parts
 from tuitrain.errors import EXIT_FAILED, EXIT_OK, TrainingError, UserError
@@ -55,12 +55,14 @@ def header_record(
         "device": str(parts.device),
         "device_name": device_name(parts.device),
         "precision": parts.precision.name,
+        # fp32 matmuls/convolutions as TF32 (Ampere+ CUDA with train.tf32): not full fp32
+        "tf32": tf32_active(parts.device),
         "compile": parts.compiled,
         "world_size": dist.world_size,
         "torch": torch.__version__,
         "tuitrain": tuitrain.__version__,
         "python": platform.python_version(),
-        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "data": parts.data.description,
         "train_samples": parts.data.train.num_samples,  # per epoch, on this rank
         "val_samples": parts.data.val.num_samples,
@@ -98,6 +100,10 @@ def run(
         if slow := parts.precision.start_warning():
             message, hint = slow
             sink.write(event(f"{message}; {hint}", level="warning", kind="precision", hint=hint))
+        unused = unused_gpu_warning() if cfg.train.device == "auto" else None
+        if unused and parts.device.type == "cpu":
+            message, hint = unused
+            sink.write(event(f"{message}; {hint}", level="warning", kind="device", hint=hint))
         trainer = Trainer(cfg, parts, sink, control, dist, run_dir)
         if resume is not None:
             from tuitrain.engine.state import restore

@@ -68,6 +68,15 @@ def _onoff(value: Any) -> str:
     return DASH if value is None else str(value)
 
 
+def precision_label(rec: Record) -> str:
+    """The header's precision as users should read it: "fp32 (TF32)" where fp32 matmuls and
+    convolutions run as TF32 (Ampere+ GPUs with train.tf32), which is not full fp32."""
+    precision = rec.get("precision") or DASH
+    if rec.get("tf32") and precision == "fp32":
+        return "fp32 (TF32)"
+    return str(precision)
+
+
 def format_header_line(rec: Record) -> str:
     """``tuitrain 0.1.0 | preset mnist | device cuda (NVIDIA H200) | precision bf16 | ...``."""
     device = str(rec.get("device") or DASH)
@@ -77,7 +86,7 @@ def format_header_line(rec: Record) -> str:
     parts = [f"tuitrain {rec['tuitrain']}" if rec.get("tuitrain") else "tuitrain"]
     parts.append(f"preset {rec.get('preset') or DASH}")
     parts.append(f"device {device}")
-    parts.append(f"precision {rec.get('precision') or DASH}")
+    parts.append(f"precision {precision_label(rec)}")
     parts.append(f"compile {_onoff(rec.get('compile'))}")
     parts.append(f"world_size {rec.get('world_size') if rec.get('world_size') is not None else 1}")
     if rec.get("torch"):

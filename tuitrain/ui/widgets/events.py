@@ -15,7 +15,7 @@ from rich.style import Style
 from rich.table import Table
 from textual.widgets import RichLog
 
-from tuitrain.metrics.format import format_number
+from tuitrain.metrics.format import format_number, precision_label
 from tuitrain.metrics.store import Snapshot
 from tuitrain.ui.host import SEQ_KEY, STEP_KEY
 from tuitrain.ui.view import Frame
@@ -102,7 +102,7 @@ class EventLog(RichLog):
             self.add(
                 None,
                 f"run started: preset {header.get('preset')} on {header.get('device')} "
-                f"({header.get('precision')}), run dir {header.get('run_dir')}",
+                f"({precision_label(header)}), run dir {header.get('run_dir')}",
             )
         new = []
         for rec in ordered_records(snap):

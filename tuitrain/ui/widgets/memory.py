@@ -1,5 +1,6 @@
-"""Memory panel: device allocated / reserved / peak against total and NVML utilisation;
-on CPU the host RSS, labelled as such."""
+"""Memory panel: this process's allocator (allocated / reserved / peak), apart from the
+device-wide memory in use (all processes, NVML or cudaMemGetInfo) against the total, and NVML
+utilisation; on CPU the host RSS, labelled as such."""
 
 from __future__ import annotations
 
@@ -50,10 +51,13 @@ class MemoryPanel(Panel):
             util = latest.get("gpu_util_pct")
             util_text = f"util {util:.0f}%" if util is not None else "util — (no NVML)"
             total_text = short_bytes(total) if total else DASH
+            used = latest.get("gpu_mem_used_bytes")
             return (
                 f"[$primary]alloc[/] {short_bytes(latest.get('mem_alloc_bytes'))} · "
-                f"[$secondary]reserved[/] {short_bytes(latest.get('mem_reserved_bytes'))}\n"
-                f"peak {short_bytes(peak)} / {total_text} · {util_text}"
+                f"[$secondary]reserved[/] {short_bytes(latest.get('mem_reserved_bytes'))} · "
+                f"peak {short_bytes(peak)}\n"
+                f"GPU in use {short_bytes(used)} / {total_text}{_share(used, total)} "
+                f"[$foreground-muted](all processes)[/] · {util_text}"
             )
         rss = latest.get("host_rss_bytes")
         of = f" of {short_bytes(frame.host_memory)} RAM" if frame.host_memory else ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
-from tuitrain.metrics.format import DASH, format_number
+from tuitrain.metrics.format import DASH, format_number, precision_label
 from tuitrain.ui.view import (
     Frame,
     display_state,
@@ -62,13 +62,13 @@ class StatusBar(Static):
         if self.size.width and self.size.width < 100:  # compact: values only
             return (
                 f"{badge} [b]{esc(header.get('preset') or DASH)}[/b] · {esc(device)} · "
-                f"[b]{header.get('precision') or DASH}[/b] · compile {compile_text} · "
+                f"[b]{precision_label(header)}[/b] · compile {compile_text} · "
                 f"world {header.get('world_size') or DASH}\n" + self.progress_line(frame)
             )
         line1 = (
             f"{badge} [b]{esc(header.get('preset') or DASH)}[/b]  "
             f"[$foreground-muted]device[/] {device_text}  "
-            f"[$foreground-muted]precision[/] [b]{header.get('precision') or DASH}[/b]  "
+            f"[$foreground-muted]precision[/] [b]{precision_label(header)}[/b]  "
             f"[$foreground-muted]compile[/] {compile_text}  "
             f"[$foreground-muted]world[/] {header.get('world_size') or DASH}"
         )
