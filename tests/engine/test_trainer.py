@@ -215,20 +215,26 @@ def test_stop_and_pause_from_another_thread(tiny_config) -> None:
     results = []
     worker = threading.Thread(target=lambda: results.append(run(cfg, store_sink, control)))
     worker.start()
-    deadline = time.monotonic() + 30
-    while not store_sink.of("train") and time.monotonic() < deadline:
-        time.sleep(0.02)
-    control.pause()
-    time.sleep(0.3)  # let the current step finish
-    paused_at = len(store_sink.of("train"))
-    time.sleep(0.5)
-    assert len(store_sink.of("train")) == paused_at, "steps advanced while paused"
-    assert control.state == "paused"
-    control.resume()
-    while len(store_sink.of("train")) <= paused_at and time.monotonic() < deadline:
-        time.sleep(0.02)
-    control.request_stop("test stop")
-    worker.join(timeout=30)
+    try:
+        deadline = time.monotonic() + 60
+        while not store_sink.of("train") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        control.pause()
+        # the engine pauses at the next step boundary (a step may take long on a busy CPU)
+        while control.state != "paused" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert control.state == "paused"
+        paused_at = len(store_sink.of("train"))
+        time.sleep(0.5)
+        assert len(store_sink.of("train")) == paused_at, "steps advanced while paused"
+        assert control.state == "paused"
+        control.resume()
+        while len(store_sink.of("train")) <= paused_at and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(store_sink.of("train")) > paused_at, "no step after resume"
+    finally:
+        control.request_stop("test stop")
+        worker.join(timeout=30)
     assert not worker.is_alive()
     assert results[0].status == "stopped" and results[0].reason == "test stop"
     assert store_sink.of("end")[0]["status"] == "stopped"
