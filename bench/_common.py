@@ -122,7 +122,7 @@ def train_stats(
 def engine_records(
     preset: str, overrides: list[str], stop_after: int | None = None
 ) -> list[dict[str, Any]]:
-    """Run the engine in this process (`tuitrain.engine.trainer.run`) and return its records.
+    """Run the engine in this process (`tuitrain.engine.runner.run`) and return its records.
 
     The sink only collects; the figures come from the engine's own train records. With
     `stop_after`, the sink asks the engine to stop once the train record of that step has
@@ -130,7 +130,7 @@ def engine_records(
     """
     from tuitrain.config import load_preset
     from tuitrain.engine.control import Control
-    from tuitrain.engine.trainer import run
+    from tuitrain.engine.runner import run
     from tuitrain.metrics.sinks import Sink
 
     control = Control()

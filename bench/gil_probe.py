@@ -2,7 +2,7 @@
 
     python bench/gil_probe.py --repeats 4 --burst-ms 25 --period-ms 200
 
-The engine trains headless in this process (`tuitrain.engine.trainer.run`, default preset on
+The engine trains headless in this process (`tuitrain.engine.runner.run`, default preset on
 the CPU, as item 4's bench) while a side thread does, every `--period-ms`, a burst of
 `--burst-ms` of CPU work of one of these kinds:
 

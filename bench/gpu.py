@@ -4,7 +4,7 @@
 
 For each run, in priority order (fashion-fp32 first: it is the fp32 reference; fashion-fp16
 before the ResNets; a budget cut drops the tail), a fresh subprocess runs the engine
-in-process (`tuitrain.engine.trainer.run`, compile = auto, so on) and reports: samples/s and
+in-process (`tuitrain.engine.runner.run`, compile = auto, so on) and reports: samples/s and
 data-wait share (the engine's train records, first interval left out), epoch time (derived:
 samples per epoch / samples/s, evaluation not included), compile time (the compile_done
 event), and host syncs per non-logging step: a wrapper around `Trainer.one_step` turns
@@ -67,7 +67,7 @@ def count_syncs(window_from: int, counts: dict[str, Any]) -> None:
     """Wrap Trainer.one_step: sync-debug 'warn' on non-logging steps from `window_from` on."""
     import torch
 
-    from tuitrain.engine.loop import Trainer
+    from tuitrain.engine.trainer import Trainer
 
     original = Trainer.one_step
 

@@ -5,7 +5,7 @@
 Both sides train the same run (preset fashion-fp32 with train.precision overridden, same
 seed, so the same weights, batches and dropout masks) for --steps steps on the CPU:
 
-* engine: `tuitrain.engine.trainer.run` with the headless sinks (JSONL file + console lines,
+* engine: `tuitrain.engine.runner.run` with the headless sinks (JSONL file + console lines,
   here written to /dev/null); timed from its header record (written once the parts are
   built) to its last train record (written after the sync at the final log point).
 * bare: the same parts from `tuitrain.engine.setup.build_parts`, batches from the same
@@ -34,8 +34,8 @@ from torch import nn
 
 from tuitrain.config import Config, load_preset
 from tuitrain.engine.device import synchronize
+from tuitrain.engine.runner import run
 from tuitrain.engine.setup import DistInfo, build_parts
-from tuitrain.engine.trainer import run
 from tuitrain.metrics.sinks import ConsoleSink, FanOutSink, JsonlSink, Sink
 
 

@@ -4,7 +4,7 @@
 
 The presets fashion-fp32 / fashion-bf16 / fashion-fp16 (full Fashion-MNIST, the seeds' CNN,
 batch 256, AdamW + cosine) differ only in train.precision. Each run is a fresh subprocess
-that calls `tuitrain.engine.trainer.run` with --steps steps (log every --log-every, the
+that calls `tuitrain.engine.runner.run` with --steps steps (log every --log-every, the
 first interval skipped as warm-up) and evaluates on the full 10k validation set at the end.
 Repeat r uses seed r for every precision, so the accuracy gap compares equal runs. A run is
 one epoch over the first steps x 256 training samples (so it ends with its evaluation).

@@ -2,7 +2,7 @@
 
     python bench/ui_overhead.py --repeats 5 --preset fashion-mini
 
-UI side: the real app (`tuitrain.ui.app.TuitrainApp` over an `EngineHost`, as `run_app`
+UI side: the real app (`tuitrain.ui.app.TuitrainApp` over an `RunHost`, as `run_app`
 builds it, with the refresh timers users get: text 5 Hz, plots 2 Hz) in a real terminal: a
 detached tmux session of --cols x --rows on a private tmux socket. The bench subclass adds
 one hidden binding, `z`, whose handler appends time.monotonic() to a file; while the run
@@ -81,9 +81,9 @@ def child_ui(
     from textual.binding import Binding
 
     from tuitrain.config import load_preset
+    from tuitrain.host import RunHost
     from tuitrain.metrics.store import MetricStore
     from tuitrain.ui.app import RunEnded, TuitrainApp
-    from tuitrain.ui.host import EngineHost
 
     pings = open(ping_file, "a", buffering=1)  # noqa: SIM115 - lives as long as the app
 
@@ -159,7 +159,7 @@ def child_ui(
             self.exit(0)  # Textual calls SessionApp's handler too (each class in the MRO)
 
     cfg = load_preset(preset, overrides)
-    host = EngineHost(cfg, StampedStore(), run_dir=Path(run_dir))
+    host = RunHost(cfg, StampedStore(), run_dir=Path(run_dir))
     code = PingApp(host=host, overrides=overrides).run()
     host.join(30)
     return code or 0

@@ -44,9 +44,9 @@ from textual.widget import Widget  # noqa: E402
 from textual.widgets import Static  # noqa: E402
 
 from tests.ui.fake_records import header, records  # noqa: E402
+from tuitrain.metrics.sinks import TimelineStoreSink  # noqa: E402
 from tuitrain.metrics.store import MetricStore  # noqa: E402
 from tuitrain.ui import app as app_module  # noqa: E402
-from tuitrain.ui.host import TimelineStoreSink  # noqa: E402
 from tuitrain.ui.widgets import panel as panel_module  # noqa: E402
 from tuitrain.ui.widgets.chart import MetricChart  # noqa: E402
 

@@ -15,7 +15,8 @@ from typing import Any, NoReturn
 from tuitrain import __version__
 from tuitrain.config import DEFAULT_PRESET, Config, describe_presets, load_preset, overrides_from
 from tuitrain.errors import EXIT_SIGINT, EXIT_USAGE, UserError
-from tuitrain.launch import defer_signals, resume_config, run_headless
+from tuitrain.launch import resume_config, run_headless
+from tuitrain.signals import defer_signals
 
 EXIT_CODES_HELP = """exit codes:
   0    completed            1    training failed (NaN loss, out of memory, a bug)
@@ -27,7 +28,7 @@ EXIT_CODES_HELP = """exit codes:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
+    def error(self, message: str) -> NoReturn:  # argparse's own errors: one line, exit 2
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 

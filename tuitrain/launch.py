@@ -1,83 +1,28 @@
 """Headless runs: one process, or one rank of a torchrun job; and `--nproc N` launching.
 
 Rank 0 alone prints (or draws the UI), writes metrics.jsonl and checkpoints; other ranks are
-quiet and log to rank-N.log in the same run dir (rank 0 picks it and broadcasts it).
-
-The ranks follow rank 0 from run to run (`serve_rank`): before a run rank 0 broadcasts its
-run dir (None: it could not start; everyone exits), after it the next run's config (a preset
-switch from rank 0's UI) or None (everyone exits).
+quiet and log to rank-N.log in the same run dir (rank 0 picks it and broadcasts it). Every run
+goes through `tuitrain.host.RunHost`; the ranks follow rank 0 from run to run
+(`tuitrain.host.serve_rank`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from tuitrain import __version__
 from tuitrain.config import Config
 from tuitrain.errors import EXIT_FAILED, EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM, UserError
+from tuitrain.signals import defer_signals, early_signal
 
 if TYPE_CHECKING:
-    from tuitrain.engine.control import Control
-
-
-SIGNAL_NAMES = {
-    signal.SIGINT: ("SIGINT", EXIT_SIGINT),
-    signal.SIGTERM: ("SIGTERM", EXIT_SIGTERM),
-    signal.SIGHUP: ("SIGHUP", EXIT_SIGHUP),
-}
-EARLY_SIGNALS: list[int] = []  # stop signals that came before the run's handlers were in place
-
-
-def defer_signals() -> None:
-    """Until the run installs its own handlers: note a stop signal instead of acting on it.
-
-    A KeyboardInterrupt raised while torch is importing can be swallowed by torch's C++
-    (NumPy's initialisation, pybind11's exec), leaving numpy half-imported ("module 'numpy'
-    has no attribute 'multiply'" at the first step) or making CPython re-raise SIGINT at exit.
-    The run reads EARLY_SIGNALS once its imports are done.
-    """
-
-    def note(signum: int, _frame: object) -> None:
-        EARLY_SIGNALS.append(signum)
-
-    for signum in SIGNAL_NAMES:
-        if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
-            continue  # nohup
-        signal.signal(signum, note)
-
-
-def install_signal_handlers(control: Control) -> None:
-    """SIGINT/SIGTERM/SIGHUP: finish the current step, write the end, exit 130/143/129.
-
-    SIGHUP is left alone when it is ignored (`nohup`): the run goes on after the SSH session.
-    """
-    names = SIGNAL_NAMES
-
-    def on_signal(signum: int, _frame: object) -> None:
-        name, code = names[signal.Signals(signum)]
-        if control.stop_requested:  # a second Ctrl-C: leave now (or once a save is written)
-            if control.state in ("completed", "stopped", "failed"):
-                return  # the run is over and the process on its way out: nothing to cut
-            if control.in_critical:
-                control.leave_code = code
-                return
-            raise SystemExit(code)
-        control.request_stop(f"stopped by {name}", exit_code=code)
-        # SIGHUP: the terminal is gone and this print fails with EIO; raised here, in the
-        # middle of a step, it would fail the run instead of stopping it.
-        with contextlib.suppress(OSError, ValueError):
-            print(f"tuitrain: {name} received, stopping after the current step", file=sys.stderr)
-
-    for signum in names:
-        if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
-            continue
-        signal.signal(signum, on_signal)
+    from tuitrain.host import RunHost
+    from tuitrain.metrics.sinks import Sink
 
 
 def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Config, dict[str, Any]]:
@@ -134,17 +79,29 @@ def process_group(cfg: Config) -> Iterator[Any]:
 def run_headless(cfg: Config, resume: dict[str, Any] | None = None) -> int:
     """Train without a UI; under torchrun (WORLD_SIZE > 1) as one rank of the job."""
     defer_signals()  # before the imports below pull in torch
-    from tuitrain.engine.distributed import broadcast_object, farewell
+    from tuitrain.host import RunHost, run_inline, serve_rank
 
     with process_group(cfg) as info:
-        if info.world_size == 1:
-            return _run_rank(cfg, resume, info)
-        if not info.is_main:
+        if info.world_size > 1 and not info.is_main:
             return serve_rank(cfg, resume, info)
-        code = _run_rank(cfg, resume, info)
-        broadcast_object(None, info)  # no next run: the other ranks exit
-        farewell(info)
-        return code
+        early = early_signal()
+        if early and info.world_size == 1:  # nothing started yet: nothing to save
+            print(f"tuitrain: stopped by {early[0]} before training started.", file=sys.stderr)
+            return early[1]
+        host = RunHost(cfg, dist=info, resume=resume, outputs=headless_outputs)
+        result = run_inline(host)
+        if result.traceback and result.is_bug:
+            print(result.traceback, file=sys.stderr)  # the log has it too
+        return int(result.exit_code)
+
+
+def headless_outputs(host: RunHost, log: IO[str]) -> list[Sink]:
+    """Rank 0 headless: metrics.jsonl, line logs on stdout/stderr and in train.log."""
+    from tuitrain.metrics.sinks import ConsoleSink, JsonlSink
+
+    assert host.run_dir is not None
+    print(f"tuitrain {__version__}: preset {host.cfg.name}, run dir {host.run_dir}", flush=True)
+    return [JsonlSink(host.run_dir / "metrics.jsonl"), ConsoleSink(), ConsoleSink(log, log)]
 
 
 def run_ui_rank0(cfg: Config, overrides: Sequence[str]) -> int:
@@ -153,77 +110,6 @@ def run_ui_rank0(cfg: Config, overrides: Sequence[str]) -> int:
 
     with process_group(cfg) as info:
         return run_app(cfg, overrides, dist=info if info.world_size > 1 else None)
-
-
-class NoRun(Exception):
-    """Rank 0 could not start the run (it says why on its own output)."""
-
-
-def serve_rank(cfg: Config, resume: dict[str, Any] | None, info: Any) -> int:
-    """A rank other than 0: run what rank 0 runs, until rank 0 says there is no next run."""
-    from tuitrain.config import config_from_dict
-    from tuitrain.engine.distributed import broadcast_object, farewell
-
-    while True:
-        try:
-            code = _run_rank(cfg, resume, info)
-        except NoRun:
-            return EXIT_FAILED
-        try:
-            plan = broadcast_object(None, info)
-        except Exception as exc:  # noqa: BLE001 - rank 0 is gone; the run said what happened
-            print(f"tuitrain rank {info.rank}: lost rank 0 after the run: {exc}", file=sys.stderr)
-            return code or EXIT_FAILED
-        if plan is None:
-            farewell(info)
-            return code
-        cfg, resume = config_from_dict(plan["config"], name=plan["preset"]), None
-
-
-def _run_rank(cfg: Config, resume: dict[str, Any] | None, info: Any) -> int:
-    from tuitrain.engine.control import Control
-    from tuitrain.engine.distributed import broadcast_object
-    from tuitrain.engine.rundir import prepare_run_dir, write_resolved_config
-    from tuitrain.engine.trainer import run
-    from tuitrain.metrics.sinks import ConsoleSink, FanOutSink, JsonlSink, Sink
-    from tuitrain.ui.terminal import native_stderr_to
-
-    if EARLY_SIGNALS and info.world_size == 1:  # nothing started yet: nothing to save
-        name, code = SIGNAL_NAMES[signal.Signals(EARLY_SIGNALS[0])]
-        print(f"tuitrain: stopped by {name} before training started.", file=sys.stderr)
-        return code
-    run_dir = None
-    if info.is_main:
-        try:
-            run_dir = prepare_run_dir(cfg)
-            write_resolved_config(run_dir, cfg)
-        except BaseException:
-            broadcast_object(None, info)  # the other ranks exit instead of waiting
-            raise
-    sent = broadcast_object(str(run_dir) if run_dir else None, info)
-    if sent is None:
-        raise NoRun
-    run_dir = Path(sent)
-    control = Control()
-    install_signal_handlers(control)
-    if EARLY_SIGNALS:  # DDP: every rank must reach the same stop, at the first agreed step
-        name, code = SIGNAL_NAMES[signal.Signals(EARLY_SIGNALS.pop(0))]
-        control.request_stop(f"stopped by {name} before training started", exit_code=code)
-    log_name = "train.log" if info.is_main else f"rank-{info.rank}.log"
-    # other ranks: native stderr (torch's warnings) too, so nothing scribbles over rank 0's UI
-    quiet = native_stderr_to(run_dir / log_name) if not info.is_main else contextlib.nullcontext()
-    with quiet, open(run_dir / log_name, "a", encoding="utf-8") as log:
-        sink: Sink = ConsoleSink(log, log)
-        if info.is_main:
-            sink = FanOutSink(JsonlSink(run_dir / "metrics.jsonl"), ConsoleSink(), sink)
-            print(f"tuitrain {__version__}: preset {cfg.name}, run dir {run_dir}", flush=True)
-        result = run(cfg, sink, control, run_dir=run_dir, resume=resume, dist=info)
-        if result.traceback:
-            log.write(result.traceback)  # the log keeps every traceback
-            if result.is_bug:
-                print(result.traceback, file=sys.stderr)
-        sink.close()
-    return result.exit_code
 
 
 def launch_nproc(nproc: int, argv: list[str], device: str = "auto") -> int:

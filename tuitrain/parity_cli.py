@@ -9,23 +9,20 @@ RUN_DIR/parity.json. Imports torch lazily so `tuitrain parity --help` stays inst
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import signal
 import sys
-import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from tuitrain.config import DEFAULT_PRESET, Config, load_preset, overrides_from
-from tuitrain.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, UserError
+from tuitrain.errors import EXIT_FAILED, UserError
 from tuitrain.metrics.format import format_record
 from tuitrain.metrics.sinks import Sink
 
 if TYPE_CHECKING:
-    from tuitrain.engine.control import Control
     from tuitrain.engine.parity_report import ParityResult
 
 EXIT_CODES_HELP = """exit codes:
@@ -118,32 +115,41 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_parity(cfg: Config, args: argparse.Namespace) -> int:
-    from tuitrain.engine.control import Control
     from tuitrain.engine.parity import parity, resolve_mixed
-    from tuitrain.engine.rundir import prepare_run_dir, write_resolved_config
-    from tuitrain.metrics.sinks import FanOutSink, JsonlSink, to_json_line
+    from tuitrain.host import RunHost, run_inline
+    from tuitrain.metrics.sinks import JsonlSink, to_json_line
 
     resolve_mixed(cfg, args.mixed)  # bad input fails before a run dir is made
-    run_dir = prepare_run_dir(cfg, args.run_dir or cfg.run.run_dir or default_run_dir(cfg))
-    write_resolved_config(run_dir, cfg)
-    control = Control()
-    with _stop_on_signals(control), open(run_dir / "parity.log", "a", encoding="utf-8") as log:
-        sink = FanOutSink(
-            JsonlSink(run_dir / "metrics.jsonl"), TaggedLineSink(log), ProgressSink(sys.stderr)
-        )
-        try:
-            result = parity(
-                cfg, args.epochs, args.mixed, sink=sink, control=control, run_dir=run_dir,
-                early_steps=args.early_steps,
-            )  # fmt: skip
-        finally:
-            sink.close()
+
+    def outputs(host: RunHost, log: IO[str]) -> list[Sink]:
+        assert host.run_dir is not None
+        metrics = JsonlSink(host.run_dir / "metrics.jsonl")
+        return [metrics, TaggedLineSink(log), ProgressSink(sys.stderr)]
+
+    def check(host: RunHost, sink: Sink) -> ParityResult:
+        return parity(
+            host.cfg, args.epochs, args.mixed, sink=sink, control=host.control,
+            run_dir=host.run_dir, early_steps=args.early_steps,
+        )  # fmt: skip
+
+    host = RunHost(
+        cfg,
+        run_dir=args.run_dir or cfg.run.run_dir or default_run_dir(cfg),
+        log_name="parity.log",
+        outputs=outputs,
+        engine=check,
+    )
+    result: ParityResult = run_inline(
+        host, prog="tuitrain parity", verb="cancelled", signums=(signal.SIGINT, signal.SIGTERM)
+    )
+    run_dir = host.run_dir
+    assert run_dir is not None
     if args.json:
         print(to_json_line({**result.to_json(), "run_dir": str(run_dir)}), flush=True)
     else:
         print(format_table(result, run_dir), flush=True)
     if result.verdict is None:  # cancelled
-        return control.exit_code or EXIT_FAILED
+        return host.control.exit_code or EXIT_FAILED
     return result.exit_code
 
 
@@ -247,34 +253,6 @@ def format_table(result: ParityResult, run_dir: Path) -> str:
     lines.append(f"verdict      {verdict_line(r)}")
     lines.append(f"run dir      {run_dir} (parity.json, parity.log, metrics.jsonl)")
     return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- signals
-
-
-@contextlib.contextmanager
-def _stop_on_signals(control: Control) -> Iterator[None]:
-    """SIGINT/SIGTERM cancel the parity after the current step (a second one leaves now);
-    the previous handlers come back afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_signal(signum: int, _frame: object) -> None:
-        name, code = (
-            ("SIGINT", EXIT_SIGINT) if signum == signal.SIGINT else ("SIGTERM", EXIT_SIGTERM)
-        )
-        if control.stop_requested:
-            raise SystemExit(code)
-        print(f"tuitrain parity: {name} received, cancelling", file=sys.stderr, flush=True)
-        control.request_stop(f"cancelled by {name}", exit_code=code)
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":  # `python -m tuitrain.parity_cli` before `tuitrain parity` is wired

@@ -12,7 +12,7 @@ import torch
 
 from tuitrain.config import load_preset
 from tuitrain.engine import run
-from tuitrain.engine.loop import Trainer
+from tuitrain.engine.trainer import Trainer
 from tuitrain.metrics.sinks import Sink
 
 pytestmark = [

@@ -78,11 +78,11 @@ def test_unusable_gpu_names_the_cause(tmp_path: Path) -> None:
 
 def test_auto_run_beside_an_unusable_gpu_warns(monkeypatch: pytest.MonkeyPatch, tiny_config):
     """--device auto falls back to the CPU, and says why, in one warning event."""
-    from tuitrain.engine import trainer as trainer_mod
-    from tuitrain.engine.trainer import run
+    from tuitrain.engine import runner as runner_mod
+    from tuitrain.engine.runner import run
 
     monkeypatch.setattr(
-        trainer_mod,
+        runner_mod,
         "unused_gpu_warning",
         lambda: ("an NVIDIA GPU is present (/dev/nvidia0) but ...: training runs on the CPU", "x"),
     )
@@ -116,7 +116,7 @@ def test_precision_label_says_tf32() -> None:
 
 
 def test_header_records_tf32_false_on_cpu(tiny_config) -> None:
-    from tuitrain.engine.trainer import run
+    from tuitrain.engine.runner import run
 
     records: list[dict] = []
 

@@ -36,8 +36,8 @@ from tuitrain.engine.parity_report import (
     max_rel_diff,
     parity_result_of,
 )
+from tuitrain.engine.runner import run
 from tuitrain.engine.setup import DistInfo, build_parts
-from tuitrain.engine.trainer import run
 from tuitrain.errors import EXIT_FAILED, EXIT_OK, EXIT_PARITY_FAIL, UserError
 from tuitrain.metrics.sinks import FanOutSink, Sink
 

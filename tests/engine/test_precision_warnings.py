@@ -1,4 +1,4 @@
-"""fp16 on a CPU without native fp16 kernels runs, with a warning event that names bf16."""
+"""fp16 or bf16 where it is emulated runs, with a warning event that names the faster choice."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from tuitrain.engine import precision as precision_module
 from tuitrain.engine.precision import BF16Precision, FP16Precision, Precision, cpu_fp16_native
-from tuitrain.engine.trainer import run
+from tuitrain.engine.runner import run
 from tuitrain.metrics.sinks import NullSink
 
 ONE_STEP = ["train.device=cpu", "train.max_steps=1", "train.log_every=1", "data.batch_size=32"]
@@ -55,12 +55,22 @@ def test_fp16_run_on_a_cpu_without_native_fp16_warns_at_start(
     assert types.index("event") == types.index("header") + 1 < types.index("train")
 
 
-def test_bf16_run_does_not_warn(tiny_config, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_run_warns_only_where_bf16_is_emulated(
+    tiny_config, monkeypatch: pytest.MonkeyPatch, native: bool
+) -> None:
     monkeypatch.setattr(precision_module, "cpu_fp16_native", lambda: False)
+    monkeypatch.setattr(precision_module, "bf16_supported", lambda device: native)
     sink = Capture()
     result = run(tiny_config(*ONE_STEP, "train.precision=bf16"), sink)
-    assert result.status == "completed"
-    assert precision_events(sink.records) == []
+    assert result.status == "completed"  # emulated or not, it runs
+    warnings = precision_events(sink.records)
+    if native:
+        assert warnings == []
+    else:
+        (warning,) = warnings
+        assert "bf16" in warning["message"] and "emulated" in warning["message"]
+        assert warning["hint"] == "use --precision fp32 on this CPU"
 
 
 def test_no_warning_where_fp16_is_native_or_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,7 +78,8 @@ def test_no_warning_where_fp16_is_native_or_unknown(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(precision_module, "cpu_fp16_native", lambda: False)
     assert FP16Precision(cpu).start_warning() is not None
     assert Precision(cpu).start_warning() is None
-    assert BF16Precision(cpu).start_warning() is None
+    monkeypatch.setattr(precision_module, "bf16_supported", lambda device: True)
+    assert BF16Precision(cpu).start_warning() is None  # native bf16 (emulated: see above)
     for answer in (True, None):
         monkeypatch.setattr(precision_module, "cpu_fp16_native", lambda a=answer: a)
         assert FP16Precision(cpu).start_warning() is None

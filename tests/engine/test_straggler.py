@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tuitrain.engine.loop import STRAGGLER_QUIET, Trainer
-from tuitrain.engine.verdicts import straggler
+from tuitrain.engine.diagnostics import STRAGGLER_QUIET, Diagnostics
+from tuitrain.metrics.records import straggler
 from tuitrain.ui.view import MAX_RANK_ROWS, rank_note, rank_rows, rank_table
 
 
@@ -29,25 +29,22 @@ class _Sink:
         self.records.append(record)
 
 
-def bare_trainer() -> Trainer:
-    trainer = Trainer.__new__(Trainer)  # only what diagnose_straggler uses
-    trainer.sink = _Sink()  # type: ignore[assignment]
-    trainer.straggler_rank, trainer.straggler_quiet = None, 0
-    return trainer
+def diagnostics() -> Diagnostics:
+    return Diagnostics(_Sink(), log_every=10, data={"loader": "device"}, device="cpu")  # type: ignore[arg-type]
 
 
 def test_warning_once_per_episode_not_per_flicker() -> None:
-    trainer = bare_trainer()
+    trainer = diagnostics()
     said = trainer.sink.records  # type: ignore[attr-defined]
     for busy in ([1, 2], [1, 2], [1, 1], [1, 2]):  # rank 1 slow, a flicker, slow again
-        trainer.diagnose_straggler(busy)
+        trainer.check_straggler(busy)
     assert len(said) == 1 and said[0]["rank"] == 1 and said[0]["level"] == "warning"
     assert "2.00x" not in said[0]["message"] and "1.33x the median" in said[0]["message"]
     for _ in range(STRAGGLER_QUIET):  # a long quiet spell: the next episode is news
-        trainer.diagnose_straggler([1, 1])
-    trainer.diagnose_straggler([1, 2])
+        trainer.check_straggler([1, 1])
+    trainer.check_straggler([1, 2])
     assert len(said) == 2
-    trainer.diagnose_straggler([2, 1])  # another rank takes over: news at once
+    trainer.check_straggler([2, 1])  # another rank takes over: news at once
     assert len(said) == 3 and said[-1]["rank"] == 0
 
 

@@ -296,7 +296,7 @@ def test_engine_and_metrics_import_without_textual() -> None:
     import sys
 
     code = (
-        "import sys, tuitrain.engine, tuitrain.metrics, tuitrain.engine.trainer;"
+        "import sys, tuitrain.engine, tuitrain.metrics, tuitrain.engine.runner;"
         "bad = [m for m in ('textual', 'rich', 'plotext') if m in sys.modules];"
         "assert not bad, bad"
     )

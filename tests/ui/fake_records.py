@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tuitrain.metrics.sinks import TimelineStoreSink
 from tuitrain.metrics.store import MetricStore
-from tuitrain.ui.host import TimelineStoreSink
 
 GiB = 1 << 30
 
@@ -44,6 +44,7 @@ def header(precision: str = "fp16", device: str = "cuda", total_steps: int = 600
         "device_name": "NVIDIA H200" if on_cuda else "CPU (AVX512, 2 threads)",
         "device_memory_bytes": 140 * GiB if on_cuda else None,
         "precision": precision,
+        "tf32": on_cuda,  # an H200: fp32 matmuls as TF32 (train.tf32 on)
         "compile": on_cuda,
         "world_size": 1,
         "torch": "2.14.1",

@@ -14,7 +14,7 @@ ENGINE_THREAD_PREFIX = "tuitrain-engine"
 
 
 def engine_threads() -> list[threading.Thread]:
-    """Engine threads alive now (EngineHost names them tuitrain-engine[<preset>])."""
+    """Engine threads alive now (RunHost names them tuitrain-engine[<preset>])."""
     return [t for t in threading.enumerate() if t.name.startswith(ENGINE_THREAD_PREFIX)]
 
 

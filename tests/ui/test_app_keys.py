@@ -11,10 +11,10 @@ from textual.widgets import Sparkline, Static
 from tests.ui.fake_records import filled_store
 from tests.ui.pilot_tools import record_notifications, text_of, wait_for
 from tuitrain.config import load_preset
+from tuitrain.host import RunHost
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui import app as app_module
 from tuitrain.ui.app import TuitrainApp
-from tuitrain.ui.host import EngineHost
 from tuitrain.ui.screens.help import HelpScreen
 from tuitrain.ui.screens.parity import ParityScreen
 from tuitrain.ui.screens.profile import ProfileScreen
@@ -101,7 +101,7 @@ async def test_checkpoint_and_profile_keys(
 ) -> None:
     monkeypatch.setattr(app_module, "PROFILE_STEPS", 3)  # the profiler is slow on a CPU
     overrides = ui_overrides(epochs=40)
-    app = TuitrainApp(host=EngineHost(load_preset("fashion-mini", overrides), MetricStore()))
+    app = TuitrainApp(host=RunHost(load_preset("fashion-mini", overrides), MetricStore()))
     messages = record_notifications(app)
     async with app.run_test(size=(120, 36)) as pilot:
         assert app.host is not None
@@ -131,7 +131,7 @@ async def test_a_profile_the_run_never_started_is_said(
 ) -> None:
     """f in the run's last step: the engine has no step left to profile. The app must not
     wait for a table in silence (f's notice promised one)."""
-    app = TuitrainApp(host=EngineHost(load_preset("fashion-mini", ui_overrides()), MetricStore()))
+    app = TuitrainApp(host=RunHost(load_preset("fashion-mini", ui_overrides()), MetricStore()))
     messages = record_notifications(app)
     async with app.run_test(size=(120, 36)) as pilot:
         app.profile_wanted = True  # f's request arrived too late for the engine to act on

@@ -15,9 +15,9 @@ from textual.widgets import OptionList, Static
 from tests.ui.pilot_tools import text_of, wait_for
 from tuitrain.config import load_preset
 from tuitrain.engine.precision import make_precision
+from tuitrain.host import RunHost
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.app import TEXT_INTERVAL_S, TuitrainApp
-from tuitrain.ui.host import EngineHost
 from tuitrain.ui.screens.help import HelpScreen
 from tuitrain.ui.screens.presets import PresetScreen
 from tuitrain.ui.widgets.banner import Banner
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(120)
 
 def make_app(overrides: list[str], preset: str = "fashion-mini") -> TuitrainApp:
     cfg = load_preset(preset, overrides)
-    return TuitrainApp(host=EngineHost(cfg, MetricStore()), overrides=overrides)
+    return TuitrainApp(host=RunHost(cfg, MetricStore()), overrides=overrides)
 
 
 def latest_step(app: TuitrainApp) -> int:
@@ -203,7 +203,7 @@ async def test_after_a_failure_another_preset_starts(
 ) -> None:
     overrides = ui_overrides(epochs=1)
     failing = load_preset("fashion-mini", [*overrides, 'model.name="tests.ui.failing:make_model"'])
-    app = TuitrainApp(host=EngineHost(failing, MetricStore()), overrides=overrides)
+    app = TuitrainApp(host=RunHost(failing, MetricStore()), overrides=overrides)
     async with app.run_test(size=(120, 36)) as pilot:
         first = app.host
         banner = app.query_one(Banner)

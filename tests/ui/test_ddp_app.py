@@ -24,9 +24,9 @@ from tests.ui.conftest import TINY_UI
 from tests.ui.pilot_tools import record_notifications, text_of, wait_for
 from tuitrain.config import load_preset
 from tuitrain.engine import distributed as ddp
+from tuitrain.host import RunHost
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.app import TuitrainApp
-from tuitrain.ui.host import EngineHost
 
 pytestmark = pytest.mark.timeout(240)
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ def rank0_app(overrides: list[str], run_dir: Path | None = None) -> TuitrainApp:
     info = ddp.env_dist_info()
     ddp.init_process_group(info, 60, "cpu")
     cfg = load_preset("fashion-mini", overrides)
-    host = EngineHost(cfg, MetricStore(), run_dir=run_dir, dist=info)
+    host = RunHost(cfg, MetricStore(), run_dir=run_dir, dist=info)
     return TuitrainApp(host=host, overrides=overrides)
 
 

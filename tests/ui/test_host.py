@@ -1,4 +1,4 @@
-"""EngineHost: a real tiny run in its thread, its files, its notes, failures and run_app."""
+"""RunHost: a real tiny run in its thread, its files, its notes, failures and run_app."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ import pytest
 
 from tests.ui.pilot_tools import engine_threads, wait_for
 from tuitrain.config import load_preset
+from tuitrain.engine.rundir import sibling_run_dir
+from tuitrain.host import RunHost
+from tuitrain.metrics.records import event_record
+from tuitrain.metrics.sinks import SEQ_KEY
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui import app as app_module
-from tuitrain.ui.host import SEQ_KEY, EngineHost, sibling_run_dir, ui_event
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -26,8 +29,8 @@ def test_host_runs_to_completion(ui_overrides: Callable[..., list[str]]) -> None
     ended = threading.Event()
     store = MetricStore()
     cfg = load_preset("fashion-mini", ui_overrides("train.pace_s=0", epochs=1))
-    note = ui_event("switched preset a → b", kind="preset_switch")
-    host = EngineHost(cfg, store, notes=[note], on_end=lambda h: ended.set())
+    note = event_record("switched preset a → b", kind="preset_switch")
+    host = RunHost(cfg, store, notes=[note], on_end=lambda h: ended.set())
     host.start()
     assert ended.wait(60) and host.join(5)
     assert host.result is not None and host.result.status == "completed"
@@ -48,7 +51,7 @@ def test_unwritable_run_dir_is_a_failure_not_a_crash(tmp_path: Path) -> None:
     blocker.write_text("not a folder")
     cfg = load_preset("fashion-mini", [f'run.run_dir="{blocker / "run"}"'])
     store = MetricStore()
-    host = EngineHost(cfg, store)
+    host = RunHost(cfg, store)
     host.start()
     assert host.join(30)
     assert host.result is not None and host.result.status == "failed"

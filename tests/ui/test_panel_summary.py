@@ -5,7 +5,11 @@ from __future__ import annotations
 from textual.app import App, ComposeResult
 from textual.widgets import Static
 
+from tests.ui.fake_records import filled_store
+from tests.ui.pilot_tools import text_of
+from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.widgets.panel import update_summary
+from tuitrain.ui.widgets.status import StatusBar
 
 
 class SummaryApp(App[None]):
@@ -57,3 +61,17 @@ async def test_same_height_update_skips_the_layout() -> None:
         assert not summary._layout_required  # the text changed, its height did not
         update_summary(summary, "step 3 and a tail long enough to wrap")
         assert summary._layout_required
+
+
+async def test_gpu_memory_apart_from_the_allocator_and_tf32_in_the_status() -> None:
+    """A wide dashboard of an fp32 CUDA run: the allocator's figures on one line, the GPU's
+    memory in use by every process (NVML) on the other, and fp32 said to be TF32."""
+    app = TuitrainApp(store=filled_store("fp32", "cuda"))
+    async with app.run_test(size=(200, 50)) as pilot:
+        app.poll_all()
+        await pilot.pause()
+        memory = text_of(app.query_one("#memory").query_one(".summary", Static))
+        first, second = memory.splitlines()
+        assert "alloc 1.22 GiB" in first and "reserved" in first and "peak" in first
+        assert second == "GPU in use 2.60 GiB / 140 GiB (2%) (all processes) · util 87%"
+        assert "fp32 (TF32)" in text_of(app.query_one(StatusBar))

@@ -11,9 +11,9 @@ import pytest
 
 from tests.ui.pilot_tools import record_notifications, text_of, wait_for
 from tuitrain.config import load_preset
+from tuitrain.host import RunHost
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.app import TuitrainApp
-from tuitrain.ui.host import EngineHost
 from tuitrain.ui.screens.parity import THREAD_NAME, ParityScreen
 
 pytestmark = pytest.mark.timeout(120)
@@ -70,7 +70,7 @@ async def test_c_pauses_the_run_shows_a_verdict_and_resumes(
     # bf16 named, not auto: auto is fp32 on a CPU without native bf16, and the check then
     # has nothing to compare (tests/engine/test_parity.py covers that refusal)
     overrides = ui_overrides('train.precision="bf16"', epochs=40)
-    host = EngineHost(load_preset("fashion-mini", overrides), MetricStore())
+    host = RunHost(load_preset("fashion-mini", overrides), MetricStore())
     app = TuitrainApp(host=host, overrides=overrides)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: latest_step(app) >= 2, what="step 2")

@@ -8,9 +8,10 @@ from __future__ import annotations
 from textual.pilot import Pilot
 
 from tests.ui.fake_records import filled_store
+from tuitrain.metrics.records import event_record
+from tuitrain.metrics.sinks import TimelineStoreSink
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.app import TuitrainApp
-from tuitrain.ui.host import TimelineStoreSink, ui_event
 
 
 async def settle(pilot: Pilot) -> None:
@@ -30,7 +31,7 @@ def failed_store() -> MetricStore:
     store = filled_store("bf16", "cpu", steps=60)
     sink = TimelineStoreSink(store)
     sink.write(
-        ui_event(
+        event_record(
             "the loss is nan at step 61; stopped before the optimizer step "
             "(lower optim.lr, set optim.grad_clip (e.g. 1.0), or use --precision bf16/fp32)",
             level="error",

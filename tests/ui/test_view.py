@@ -7,9 +7,9 @@ import math
 import pytest
 
 from tests.ui.fake_records import filled_store
+from tuitrain.metrics.records import data_wait_verdict
 from tuitrain.metrics.store import MetricStore, Series
 from tuitrain.ui.view import (
-    data_wait_advice,
     display_state,
     failure,
     format_duration,
@@ -100,9 +100,9 @@ def test_no_scaler_reasons() -> None:
         (None, "device", "unknown", ""),
     ],
 )
-def test_data_wait_advice(frac: float | None, loader: str, verdict: str, hint_has: str) -> None:
+def test_data_wait_verdict(frac: float | None, loader: str, verdict: str, hint_has: str) -> None:
     data = {"loader": loader, "num_workers": 2, "pin_memory": False}
-    got_verdict, hint = data_wait_advice(frac, data, "cuda:0")
+    got_verdict, hint = data_wait_verdict(frac, data, "cuda:0")
     assert got_verdict == verdict
     assert hint_has in hint
     if verdict == "ok":

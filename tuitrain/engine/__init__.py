@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tuitrain.engine.control import Control
-    from tuitrain.engine.trainer import RunResult, run
+    from tuitrain.engine.runner import RunResult, run
 
 __all__ = ["Control", "RunResult", "run"]
 
@@ -21,7 +21,7 @@ def __getattr__(name: str) -> Any:
 
         return Control
     if name in ("RunResult", "run"):
-        from tuitrain.engine import trainer
+        from tuitrain.engine import runner
 
-        return getattr(trainer, name)
+        return getattr(runner, name)
     raise AttributeError(name)

@@ -15,7 +15,7 @@ import random
 import re
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -51,7 +51,9 @@ def rank_state_path(checkpoint: Path, rank: int) -> Path:
 
 def rng_state() -> dict[str, Any]:
     """Python, numpy and torch (CPU and CUDA) generator states, as weights_only-safe types."""
-    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    # the default legacy=True gives the MT19937 tuple; numpy's stubs type the call as a dict
+    np_state = cast("tuple[str, np.ndarray, int, int, float]", np.random.get_state())
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np_state
     state: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": [np_name, torch.from_numpy(np_keys.copy()), np_pos, np_has_gauss, np_gauss],

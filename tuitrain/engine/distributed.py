@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from tuitrain.engine.control import Control
 from tuitrain.engine.setup import DistInfo
+from tuitrain.metrics.records import RANK_MERGE
 
 # command vector slots, reduced with MAX across ranks
 _STOP, _PAUSE, _CHECKPOINT, _PROFILE = range(4)
@@ -83,8 +84,7 @@ def gather_metrics(record: dict[str, Any], info: DistInfo, device: torch.device)
     if info.world_size == 1:
         record["rank_step_time_s"] = [record["step_time_s"]]
         return
-    fields = ["samples_per_s", "loss", "step_time_s", "data_wait_frac", "host_rss_bytes",
-              "mem_peak_bytes", "mem_alloc_bytes", "mem_reserved_bytes", "busy_s"]  # fmt: skip
+    fields = list(RANK_MERGE)  # what each field becomes: RANK_MERGE in metrics/records.py
     record.setdefault("busy_s", None)
     values = [record[f] for f in fields]
     local = torch.tensor([float("nan") if v is None else float(v) for v in values], device=device)
@@ -92,12 +92,14 @@ def gather_metrics(record: dict[str, Any], info: DistInfo, device: torch.device)
     dist.all_gather(gathered, local)  # sync point: one collective per log interval
     rows = torch.stack(gathered).cpu()
     col = {f: rows[:, i] for i, f in enumerate(fields)}
-    record["samples_per_s"] = float(col["samples_per_s"].sum())
-    record["loss"] = float(col["loss"].mean()) if record["loss"] is not None else None
-    record["data_wait_frac"] = float(col["data_wait_frac"].max())
-    for key in ("host_rss_bytes", "mem_peak_bytes", "mem_alloc_bytes", "mem_reserved_bytes"):
-        if record[key] is not None:
-            record[key] = int(col[key].max())
+    for key, how in RANK_MERGE.items():
+        if how == "sum":
+            record[key] = float(col[key].sum())
+        elif how == "mean" and record[key] is not None:
+            record[key] = float(col[key].mean())
+        elif how == "max" and record[key] is not None and key != "step_time_s":
+            value = col[key].max()
+            record[key] = int(value) if key.endswith("_bytes") else float(value)
     if record["loss"] is not None and not torch.isfinite(col["loss"]).all():
         record["loss"] = None  # any rank's NaN is everyone's NaN
     record["rank_step_time_s"] = [float(v) for v in col["step_time_s"]]

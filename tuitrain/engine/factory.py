@@ -21,7 +21,7 @@ def load_factory(spec: str, key: str) -> Callable[..., Any]:
             f"{key} = {spec!r}: cannot import {module_name} ({exc}); "
             "is it installed or on PYTHONPATH?"
         ) from exc
-    obj = module
+    obj: object = module
     for part in attr.split("."):
         obj = getattr(obj, part, None)
         if obj is None:

@@ -87,7 +87,7 @@ class LoaderSource:
         if ctx.world_size == 1:
             # the same permutation as the device path, so both paths see the same batches
             return (lambda epoch: epoch_permutation(n, ctx.seed, epoch).tolist()), n
-        sampler = DistributedSampler(
+        sampler: DistributedSampler[int] = DistributedSampler(
             dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True,
             seed=ctx.seed, drop_last=True,
         )  # fmt: skip

@@ -7,7 +7,6 @@ so samples/s is true device throughput, not the launch rate. Time that is not tr
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -17,9 +16,9 @@ from tuitrain.engine.device import synchronize
 from tuitrain.engine.precision import Precision
 from tuitrain.engine.ranktime import ForwardClock
 from tuitrain.engine.telemetry import Telemetry
-from tuitrain.engine.verdicts import SCALE_FLOOR, data_wait_verdict
+from tuitrain.metrics.records import train_record
 
-__all__ = ["SCALE_FLOOR", "IntervalMeter", "data_wait_verdict"]
+__all__ = ["IntervalMeter"]
 
 
 class IntervalMeter:
@@ -90,22 +89,21 @@ class IntervalMeter:
         grad_scale = float(scale_tensor.item()) if scale_tensor is not None else None
         self.skipped_steps = int(self._skipped_dev.item())
         self._last_scale = grad_scale
-        record: dict[str, Any] = {
-            "type": "train",
-            "step": step,
-            "epoch": round(epoch, 4),
-            "samples": samples_total,
-            "loss": loss if math.isfinite(loss) else None,
-            "lr": lr,
-            "samples_per_s": self.samples / wall,  # this rank's; DDP sums across ranks
-            "step_time_s": wall / max(self.steps, 1),
-            "data_wait_s": self.data_wait_s,
-            "data_wait_frac": min(self.data_wait_s / wall, 1.0),
-            **self.telemetry.read(),
-            "grad_scale": grad_scale,
-            "skipped_steps": self.skipped_steps if self.precision.scaler is not None else None,
-            "grad_norm": float(self.grad_norm.item()) if self.grad_norm is not None else None,
-        }
+        record = train_record(
+            step=step,
+            epoch=epoch,
+            samples=samples_total,
+            loss=loss,
+            lr=lr,
+            samples_per_s=self.samples / wall,  # this rank's; DDP sums across ranks
+            step_time_s=wall / max(self.steps, 1),
+            data_wait_s=self.data_wait_s,
+            data_wait_frac=min(self.data_wait_s / wall, 1.0),
+            telemetry=self.telemetry.read(),
+            grad_scale=grad_scale,
+            skipped_steps=self.skipped_steps if self.precision.scaler is not None else None,
+            grad_norm=float(self.grad_norm.item()) if self.grad_norm is not None else None,
+        )
         if self.forward_clock is not None:  # this rank's own work per step, read after the sync
             record["busy_s"] = (self.data_wait_s + self.forward_clock.read()) / max(self.steps, 1)
         self.last_loss = loss

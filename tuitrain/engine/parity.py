@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from tuitrain.config import Config
 from tuitrain.engine.control import Control
@@ -41,14 +41,18 @@ from tuitrain.engine.parity_report import (
     write_parity_json,
 )
 from tuitrain.engine.precision import resolve_precision
-from tuitrain.engine.trainer import RunResult, event, run
+from tuitrain.engine.runner import RunResult, run
 from tuitrain.errors import UserError
+from tuitrain.metrics.records import event_record
 from tuitrain.metrics.sinks import NullSink, Sink
 
 # --------------------------------------------------------------------------- configs
 
 
-def resolve_mixed(cfg: Config, mixed: str | None = None) -> str:
+MixedPrecision = Literal["bf16", "fp16"]  # MIXED_CHOICES
+
+
+def resolve_mixed(cfg: Config, mixed: str | None = None) -> MixedPrecision:
     """The mixed precision to compare: `mixed`, else the preset's bf16/fp16, else auto."""
     if mixed is not None and mixed not in MIXED_CHOICES:
         raise UserError(f"--mixed {mixed!r} is not a mixed precision; choose bf16 or fp16.")
@@ -61,10 +65,10 @@ def resolve_mixed(cfg: Config, mixed: str | None = None) -> str:
             f"{cfg.train.precision!r} and bf16 is not supported here; pass --mixed fp16 "
             "(emulated and slow on a CPU) or run on a GPU."
         )
-    return name
+    return cast(MixedPrecision, name)  # one of MIXED_CHOICES, checked just above
 
 
-def parity_configs(cfg: Config, epochs: int, mixed: str) -> dict[str, Config]:
+def parity_configs(cfg: Config, epochs: int, mixed: MixedPrecision) -> dict[str, Config]:
     """The two configs: identical but for the precision (the fp32 one without TF32), with
     `epochs`, an evaluation per epoch, and no profiling or checkpoints.
 
@@ -282,4 +286,4 @@ class _Check:
             write_parity_json(r, run_dir)
 
     def emit(self, message: str, level: str = "info", **extra: Any) -> None:
-        self.sink.write(event(message, level=level, kind="parity", **extra))
+        self.sink.write(event_record(message, level=level, kind="parity", **extra))

@@ -109,14 +109,16 @@ class ParityResult:
 
     def summary(self) -> str:
         """One line: the verdict, the numbers behind it, and their resolution."""
-        if self.verdict in (None, "ERROR"):
+        fp32_acc, mixed_acc = self.final("fp32_val_acc"), self.final("mixed_val_acc")
+        # PASS/FAIL imply a gap, so both accuracies are there (the None checks narrow types)
+        if self.verdict in (None, "ERROR") or fp32_acc is None or mixed_acc is None:
             return f"parity {self.verdict or 'cancelled'}: {self.message}"
         n, sign = self.test_set_size, "<=" if self.verdict == "PASS" else ">"
         images = f"{n:,} test images, one image = {100 / n:.2f} point" if n else "size unknown"
         speed = f"{self.speedup:.2f}x" if self.speedup else "n/a"
         return (
-            f"parity {self.verdict}: fp32 {100 * self.final('fp32_val_acc'):.2f}% vs {self.mixed}"
-            f" {100 * self.final('mixed_val_acc'):.2f}%, gap {self.gap_points:+.2f} point"
+            f"parity {self.verdict}: fp32 {100 * fp32_acc:.2f}% vs {self.mixed}"
+            f" {100 * mixed_acc:.2f}%, gap {self.gap_points:+.2f} point"
             f" (|gap| {sign} {self.threshold_points}; {images}); speedup {speed}"
         )
 

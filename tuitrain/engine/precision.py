@@ -74,6 +74,7 @@ class BF16Precision(Precision):
 class FP16Precision(Precision):
     name = "fp16"
     dtype = torch.float16
+    scaler: torch.amp.GradScaler  # always set in __init__: never None here
 
     def __init__(self, device: torch.device) -> None:
         super().__init__(device)

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from tuitrain.metrics.records import event_record
 from tuitrain.metrics.sinks import Sink
 
 TOP_ROWS = 15
@@ -64,14 +65,12 @@ class StepProfiler:
             where = f", table in {path}"
         sort_name = "device" if self.device.type == "cuda" else "CPU"
         sink.write(
-            {
-                "type": "event",
-                "level": "info",
-                "kind": "profile",
-                "message": f"profiled steps from {self.first_step} (top {TOP_ROWS} by "
+            event_record(
+                f"profiled steps from {self.first_step} (top {TOP_ROWS} by "
                 f"self {sort_name} time{where}){note}",
-                "table": table,
-            }
+                kind="profile",
+                table=table,
+            )
         )
 
     def close(self, sink: Sink | None = None) -> None:

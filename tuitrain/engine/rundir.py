@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from datetime import datetime
 from pathlib import Path
@@ -56,3 +57,17 @@ def write_resolved_config(run_dir: Path, cfg: Config) -> Path:
     tmp.write_text(config_to_toml(cfg), encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def sibling_run_dir(previous: Path | None, preset: str) -> Path | None:
+    """A fresh run dir next to `previous` (runs/<preset>-<stamp>), never an existing one."""
+    if previous is None:
+        return None
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = previous.parent / f"{preset}-{stamp}"
+    path = base
+    for n in itertools.count(2):
+        if not path.exists():
+            return path
+        path = base.with_name(f"{base.name}-{n}")
+    return path  # unreachable; keeps type checkers calm

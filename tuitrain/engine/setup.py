@@ -6,7 +6,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
 import torch
@@ -54,7 +54,14 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def optimizer_kernels(device_type: str) -> dict[str, bool]:
+class OptimizerKernels(TypedDict, total=False):
+    """The keyword arguments `optimizer_kernels` adds to SGD/AdamW: one of the two."""
+
+    fused: bool
+    foreach: bool
+
+
+def optimizer_kernels(device_type: str) -> OptimizerKernels:
     """How the optimizer update runs on this device type: `fused` on CUDA, `foreach` elsewhere.
 
     fused is one kernel per step, and a fused optimizer takes the GradScaler's `found_inf` as
@@ -79,7 +86,7 @@ def make_optimizer(params: list[nn.Parameter], cfg: OptimConfig) -> torch.optim.
 
 
 def keep_kernels(
-    kernels: dict[str, bool],
+    kernels: OptimizerKernels,
 ) -> Callable[[torch.optim.Optimizer, dict[str, Any]], dict[str, Any]]:
     """A load_state_dict pre-hook: keep this run's fused/foreach choice over the checkpoint's.
 
@@ -173,5 +180,6 @@ def wrap_model(
         ids = [device.index] if device.type == "cuda" else None
         wrapped = ddp = DistributedDataParallel(model, device_ids=ids)
     if want_compile(cfg, device):
-        wrapped = torch.compile(wrapped, mode=cfg.train.compile_mode)
+        # compiling a Module returns an OptimizedModule (an nn.Module); the stubs say Callable
+        wrapped = cast(nn.Module, torch.compile(wrapped, mode=cfg.train.compile_mode))
     return wrapped, ddp

@@ -23,7 +23,7 @@ from tuitrain.engine.checkpoint import (
 )
 
 if TYPE_CHECKING:
-    from tuitrain.engine.loop import Trainer
+    from tuitrain.engine.trainer import Trainer
 
 FORMAT_VERSION = 1
 SOURCE_KEY = "_loaded_from"  # set on a loaded state: where the ranks' own files are

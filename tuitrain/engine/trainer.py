@@ -1,271 +1,357 @@
-"""`run(config, sink, control)`: build a run, train it, end it cleanly whatever happens.
+"""The training loop of one run: the step, the epoch, evaluation, log points.
 
-Callable from any thread. Every outcome ends with an `end` record and a `RunResult`;
-failures become an error event with a hint (and the traceback for our bugs).
+The step in `Trainer.train_step` reads top to bottom: forward under autocast, loss, scaled
+backward, unscale, clip, step/update, zero_grad. The loop polls the control object at step
+boundaries and writes records into a sink; it never calls UI code.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import platform
+import math
 import time
-import traceback
-from dataclasses import dataclass
-from datetime import UTC, datetime
+import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
+from torch import nn
 
-import tuitrain
 from tuitrain.config import Config
 from tuitrain.engine.control import Control
-from tuitrain.engine.device import device_name, tf32_active, unused_gpu_warning
-from tuitrain.engine.loop import Trainer, event
-from tuitrain.engine.setup import DistInfo, RunParts, build_parts
-from tuitrain.errors import EXIT_FAILED, EXIT_OK, TrainingError, UserError
+from tuitrain.engine.device import synchronize
+from tuitrain.engine.diagnostics import Diagnostics
+from tuitrain.engine.meter import IntervalMeter
+from tuitrain.engine.profiling import StepProfiler
+from tuitrain.engine.ranktime import ForwardClock
+from tuitrain.engine.setup import DistInfo, RunParts
+from tuitrain.errors import TrainingError
+from tuitrain.metrics.records import event_record
 from tuitrain.metrics.sinks import Sink
 
-__all__ = ["RunResult", "event", "run"]
+# The GradScaler skips optimizer.step() on overflow; the schedule still advances (on purpose:
+# the step counter is the schedule's clock), which torch reports as a misuse. It is not.
+warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
 
 
-@dataclass(slots=True)
-class RunResult:
-    status: str  # completed | stopped | failed
-    reason: str
-    step: int
-    exit_code: int
-    val_acc: float | None = None
-    val_loss: float | None = None
-    samples_per_s: float | None = None
-    error: BaseException | None = None
-    traceback: str = ""
-    is_bug: bool = False  # an unexpected exception: show the traceback, not just the sentence
+class Trainer:
+    """Owns the parts of one run and the loop state (step, epoch, position in the epoch)."""
 
+    def __init__(
+        self,
+        cfg: Config,
+        parts: RunParts,
+        sink: Sink,
+        control: Control,
+        dist: DistInfo,
+        run_dir: Path | None,
+    ) -> None:
+        self.cfg, self.parts, self.sink, self.control = cfg, parts, sink, control
+        self.dist, self.run_dir = dist, run_dir
+        self.criterion = nn.CrossEntropyLoss()
+        self.meter = IntervalMeter(parts.device, parts.precision, dist.world_size)
+        # DDP: each rank's own forward time shows a straggler. Hooks on the inner module,
+        # except under compile (they would break the graph): there the step times the call.
+        self.timed_forward: Callable[[], contextlib.AbstractContextManager[None]]
+        self.timed_forward = contextlib.nullcontext
+        if dist.world_size > 1:
+            clock = self.meter.forward_clock = ForwardClock(parts.device)
+            if parts.compiled:
+                self.timed_forward = clock.timed
+            else:
+                clock.attach(parts.model)
+        self.profiler = StepProfiler(parts.device, run_dir)
+        self.step = 0
+        self.epoch = 0
+        self.epoch_step = 0  # optimizer steps done in the current epoch
+        self.last_saved_step = -1
+        self.state_sound = True  # False while a step is half applied
+        self.start_step = 0
+        self.fitting = False  # fit() began: the steps from start_step on were trained here
+        self.stop_wanted = self.pause_wanted = self.checkpoint_wanted = False
+        self.samples = 0
+        self.val_acc: float | None = None
+        self.val_loss: float | None = None
+        self.throughputs: list[float] = []
+        self.diagnostics = Diagnostics(
+            sink, cfg.train.log_every, cfg.to_dict()["data"], str(parts.device)
+        )
+        # NaN checks need the loss on the host: free on CPU, a sync on CUDA, so there the
+        # check runs at log points only.
+        # Under DDP the check runs at log points on the all-reduced loss, so that every rank
+        # stops together instead of one rank leaving the others in a collective.
+        self.check_every_step = parts.device.type == "cpu" and dist.world_size == 1
+        self.batch_size = cfg.data.batch_size
+        if cfg.train.profile_steps:
+            self.profiler.request(cfg.train.profile_steps)
 
-def header_record(
-    cfg: Config, parts: RunParts, dist: DistInfo, run_dir: Path | None
-) -> dict[str, Any]:
-    n_params = sum(t.numel() for t in parts.model.parameters())
-    return {
-        "type": "header",
-        "preset": cfg.name,
-        "config": cfg.to_dict(),
-        "device": str(parts.device),
-        "device_name": device_name(parts.device),
-        "precision": parts.precision.name,
-        # fp32 matmuls/convolutions as TF32 (Ampere+ CUDA with train.tf32): not full fp32
-        "tf32": tf32_active(parts.device),
-        "compile": parts.compiled,
-        "world_size": dist.world_size,
-        "torch": torch.__version__,
-        "tuitrain": tuitrain.__version__,
-        "python": platform.python_version(),
-        "time": datetime.now(UTC).isoformat(timespec="seconds"),
-        "data": parts.data.description,
-        "train_samples": parts.data.train.num_samples,  # per epoch, on this rank
-        "val_samples": parts.data.val.num_samples,
-        "params": n_params,
-        "global_batch": cfg.data.batch_size * cfg.optim.grad_accum * dist.world_size,
-        "steps_per_epoch": parts.steps_per_epoch,
-        "total_steps": parts.total_steps,
-        "run_dir": str(run_dir) if run_dir else None,
-        "device_memory_bytes": (
-            torch.cuda.get_device_properties(parts.device).total_memory
-            if parts.device.type == "cuda"
-            else None
-        ),
-    }
+    # ---------------------------------------------------------------- the step
+    def train_step(self, batches: Any, need_grad_norm: bool) -> None:
+        p, model, optimizer = self.parts, self.parts.train_model, self.parts.optimizer
+        accum = self.cfg.optim.grad_accum
+        for micro in range(accum):
+            t0 = time.perf_counter()
+            x, y = next(batches)  # the time blocked here is the data wait
+            self.meter.data_wait_s += time.perf_counter() - t0
+            # DDP: all-reduce the gradients only on the micro-batch that steps
+            no_sync = p.ddp is not None and micro < accum - 1
+            with cast(Any, p.ddp).no_sync() if no_sync else contextlib.nullcontext():
+                with p.precision.autocast(), self.timed_forward():
+                    logits = model(x)
+                    loss = self.criterion(logits, y)
+                if self.check_every_step and not torch.isfinite(loss):
+                    raise self.nonfinite_loss(loss)
+                p.precision.scale(loss / accum).backward()
+            self.meter.add_micro(loss, x.shape[0])
+        if need_grad_norm or self.cfg.optim.grad_clip > 0:
+            p.precision.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+            max_norm = self.cfg.optim.grad_clip or math.inf
+            self.meter.grad_norm = nn.utils.clip_grad_norm_(p.model.parameters(), max_norm)
+        scale_before = self.meter.note_scale_before_step()
+        p.precision.step(optimizer)  # fp16: skipped on inf/NaN grads, then scale update
+        self.meter.note_scale_after_step(scale_before)
+        optimizer.zero_grad(set_to_none=True)
+        self.lr = float(p.scheduler.get_last_lr()[0])  # the rate this step used
+        p.scheduler.step()
+        self.meter.steps += 1
 
+    def nonfinite_loss(self, loss: torch.Tensor) -> TrainingError:
+        return TrainingError(
+            f"the loss is {loss.item()} at step {self.step + 1}; stopped before the optimizer step",
+            hint="lower optim.lr, set optim.grad_clip (e.g. 1.0), or use --precision bf16/fp32",
+            step=self.step + 1,
+        )
 
-def run(
-    cfg: Config,
-    sink: Sink,
-    control: Control | None = None,
-    *,
-    run_dir: Path | None = None,
-    dist: DistInfo | None = None,
-    resume: dict[str, Any] | None = None,
-) -> RunResult:
-    """Build and train one run; every outcome ends with an `end` record and a RunResult."""
-    control = control or Control()
-    dist = dist or DistInfo()
-    trainer: Trainer | None = None
-    started = time.perf_counter()
-    try:
-        control.state = "starting"
-        parts = build_parts(cfg, dist)
-        sink.write(header_record(cfg, parts, dist, run_dir))
-        if slow := parts.precision.start_warning():
-            message, hint = slow
-            sink.write(event(f"{message}; {hint}", level="warning", kind="precision", hint=hint))
-        unused = unused_gpu_warning() if cfg.train.device == "auto" else None
-        if unused and parts.device.type == "cpu":
-            message, hint = unused
-            sink.write(event(f"{message}; {hint}", level="warning", kind="device", hint=hint))
-        trainer = Trainer(cfg, parts, sink, control, dist, run_dir)
-        if resume is not None:
-            from tuitrain.engine.state import restore
+    # ---------------------------------------------------------------- the loop
+    def fit(self) -> str:
+        """Train until max_steps, the last epoch or a stop request; returns the end status."""
+        p = self.parts
+        self.control.state = "compiling" if p.compiled else "running"
+        if p.compiled:
+            self.sink.write(
+                event_record("compiling the model with torch.compile (first step)", kind="compile")
+            )
+        self.start_step = self.step  # the first step of this process compiles
+        self.fitting = True
+        status = "completed"
+        while self.epoch < self.cfg.train.epochs and self.step < p.total_steps:
+            status = self.run_epoch()
+            if status != "completed":
+                break
+        if status == "completed" or self.cfg.checkpoint.on_stop:
+            self.save("stop" if status == "stopped" else "end of training")
+        return status
 
-            warning = restore(trainer, resume)
-            sink.write(
-                event(
-                    f"resumed at step {trainer.step} (epoch {trainer.epoch}, "
-                    f"step {trainer.epoch_step} of it)",
-                    kind="resume",
-                    step=trainer.step,
+    def run_epoch(self) -> str:
+        p = self.parts
+        start = self.epoch_step * self.cfg.optim.grad_accum  # a resumed run skips what it did
+        batches = iter(p.data.train.batches(self.epoch, start=start))
+        for _ in range(self.epoch_step, p.steps_per_epoch):
+            self.poll_commands()
+            if self.pause_wanted and not self.stop_wanted:
+                self.pause()
+            if self.stop_wanted:
+                return "stopped"
+            if self.step >= p.total_steps:
+                break
+            self.one_step(batches)
+        if self.epoch_step < p.steps_per_epoch:  # max_steps ended the run mid-epoch
+            self.evaluate()  # a run never ends without its final validation numbers
+            return "completed"
+        self.epoch += 1
+        self.epoch_step = 0
+        if self.cfg.train.eval_every_epoch or self.step >= p.total_steps:
+            self.evaluate()
+        if self.cfg.checkpoint.at_epoch_end:
+            self.save("epoch end")
+        return "completed"
+
+    def one_step(self, batches: Any) -> None:
+        p = self.parts
+        log_every = self.cfg.train.log_every
+        is_log = (self.step + 1) % log_every == 0 or self.step + 1 == p.total_steps
+        first = self.step == self.start_step and p.compiled
+        self.profiler.maybe_start(None, self.step)
+        self.state_sound = False
+        self.train_step(batches, need_grad_norm=is_log)
+        self.step += 1
+        self.control.step = self.step
+        self.epoch_step += 1
+        self.state_sound = True
+        self.samples += self.batch_size * self.cfg.optim.grad_accum * self.dist.world_size
+        self.profiler.after_step(self.sink)
+        if self.cfg.train.pace_s:
+            self.control.sleep(self.cfg.train.pace_s)  # a stop (SIGTERM, q) does not wait it out
+        if first:
+            self.compile_done()
+        elif is_log:
+            self.log_point()
+        every = self.cfg.checkpoint.every_steps
+        if every and self.step % every == 0:
+            self.save(f"every {every} steps")
+        if self.checkpoint_wanted:
+            self.checkpoint_wanted = False
+            self.save("requested")
+
+    def compile_done(self) -> None:
+        synchronize(self.parts.device)  # sync point: the compile time is measured to here
+        seconds = time.perf_counter() - self.meter._t0
+        self.sink.write(
+            event_record(
+                f"torch.compile done in {seconds:.1f} s (first step, not counted in throughput)",
+                kind="compile_done",
+                seconds=round(seconds, 2),
+            )
+        )
+        self.control.state = "running"
+        self.meter.restart_clock()
+
+    def log_point(self) -> None:
+        record = self.meter.record(self.step, self.fractional_epoch(), self.samples, self.lr)
+        if self.dist.world_size > 1:  # every rank gets the same mean loss, so the same verdict
+            from tuitrain.engine.distributed import gather_metrics
+
+            gather_metrics(record, self.dist, self.parts.device)
+        if record["loss"] is None or not math.isfinite(record["loss"]):
+            raise TrainingError(
+                f"the loss became NaN or Inf before step {self.step}",
+                hint="lower optim.lr, set optim.grad_clip (e.g. 1.0), or use --precision bf16/fp32",
+                step=self.step,
+            )
+        self.sink.write(record)
+        self.throughputs.append(record["samples_per_s"])
+        self.diagnostics.check(record, self.step)
+
+    def fractional_epoch(self) -> float:
+        return self.step / self.parts.steps_per_epoch
+
+    def poll_commands(self, force: bool = False) -> None:
+        """Read the control object. Alone: every step. Under DDP: an all-reduce right after
+        each log point (the same step on every rank), so all ranks act together."""
+        if self.dist.world_size == 1:
+            self.stop_wanted = self.control.stop_requested
+            self.pause_wanted = self.control.paused
+            self.checkpoint_wanted |= self.control.take_checkpoint_request()
+            self.profiler.request(self.control.take_profile_request())
+            return
+        if not force and self.step % self.cfg.train.log_every != 0:
+            return
+        from tuitrain.engine.distributed import agree_commands
+
+        agreed = agree_commands(self.control, self.dist, self.parts.device)
+        self.stop_wanted = bool(agreed["stop"])
+        self.pause_wanted = bool(agreed["pause"])
+        self.checkpoint_wanted |= bool(agreed["checkpoint"])
+        self.profiler.request(agreed["profile"])
+
+    def pause(self) -> None:
+        """Wait, polling (a heartbeat collective under DDP), until resumed or stopped; a
+        checkpoint asked for meanwhile is saved at once."""
+        self.control.state = "paused"
+        self.sink.write(event_record(f"paused at step {self.step}", kind="pause"))
+        while self.pause_wanted and not self.stop_wanted:
+            time.sleep(0.1)
+            self.poll_commands(force=True)
+            if self.checkpoint_wanted:
+                self.checkpoint_wanted = False
+                self.save("requested")
+        self.control.state = "running"
+        if not self.stop_wanted:
+            self.sink.write(event_record(f"resumed at step {self.step}", kind="resume"))
+        self.meter.restart_clock()  # paused time is not training time
+
+    def save_rank_state(self) -> None:
+        from tuitrain.engine.checkpoint import save_rank_state
+        from tuitrain.engine.state import capture_rank
+
+        assert self.run_dir is not None
+        try:
+            save_rank_state(
+                self.run_dir, self.step, self.dist.rank, capture_rank(self),
+                self.cfg.checkpoint.keep,
+            )  # fmt: skip
+        except OSError as exc:
+            self.sink.write(
+                event_record(
+                    f"rank {self.dist.rank}'s state at step {self.step} was not saved "
+                    f"({exc.strerror or exc}); a resume from it is not bit-exact on this rank",
+                    level="error",
+                    kind="checkpoint_failed",
                 )
             )
-            if warning:
-                sink.write(event(warning, level="warning", kind="resume_inexact"))
-            if trainer.step >= parts.total_steps:
-                sink.write(
-                    event(
-                        f"nothing left to train: the checkpoint is at step {trainer.step} and "
-                        f"this run ends at step {parts.total_steps}; raise --max-steps or "
-                        "--epochs to go on",
-                        level="warning",
-                        kind="resume_done",
-                        step=trainer.step,
-                    )
+            return
+        self.last_saved_step = self.step
+
+    # ---------------------------------------------------------------- evaluation
+    def evaluate(self) -> None:
+        """Validation loss and accuracy under inference_mode; one sync at the end. The plain
+        module runs it: the compiled one would compile an eval graph unseen (a long stall)."""
+        p = self.parts
+        self.control.state = "evaluating"
+        p.model.eval()
+        loss_sum = torch.zeros((), device=p.device)
+        correct = torch.zeros((), device=p.device, dtype=torch.int64)
+        count = 0
+        with torch.inference_mode(), p.precision.autocast():
+            for x, y in p.data.val.batches(0):
+                logits = p.model(x)
+                loss_sum += nn.functional.cross_entropy(logits.float(), y, reduction="sum")
+                correct += (logits.argmax(dim=1) == y).sum()
+                count += y.shape[0]
+        p.model.train()
+        self.val_loss = loss_sum.item() / max(count, 1)  # sync point: once per evaluation
+        self.val_acc = correct.item() / max(count, 1)
+        self.sink.write(
+            {
+                "type": "eval",
+                "step": self.step,
+                "epoch": round(self.fractional_epoch(), 4),
+                "val_loss": self.val_loss,
+                "val_acc": self.val_acc,
+            }
+        )
+        self.control.state = "running"
+        self.meter.restart_clock()  # evaluation time is not training throughput
+
+    # ---------------------------------------------------------------- checkpoints
+    def save(self, reason: str) -> Path | None:
+        """Save a checkpoint (rank 0, with a run dir); a failed write never ends the run.
+        Under DDP the other ranks save their own RNG and loss window beside it (same step:
+        every rank reaches the same save points)."""
+        if self.run_dir is None or self.last_saved_step == self.step:
+            return None
+        if not self.dist.is_main:
+            self.save_rank_state()
+            return None
+        with self.control.critical():  # a second Ctrl-C waits for the file and its event
+            return self.save_main(reason)
+
+    def save_main(self, reason: str) -> Path | None:
+        from tuitrain.engine.checkpoint import save_checkpoint
+        from tuitrain.engine.state import capture
+
+        assert self.run_dir is not None
+        try:
+            path = save_checkpoint(self.run_dir, capture(self), self.cfg.checkpoint.keep)
+        except OSError as exc:
+            self.sink.write(
+                event_record(
+                    f"checkpoint at step {self.step} failed ({exc.strerror or exc}); "
+                    "the earlier checkpoints are intact",
+                    level="error",
+                    kind="checkpoint_failed",
                 )
-        status = trainer.fit()
-        trainer.profiler.close(sink)  # a profile the run's end cut short: what it has
-    except BaseException as exc:  # noqa: BLE001 - every failure must end the run cleanly
-        return fail(exc, sink, control, trainer, started)
-    finally:
-        if trainer is not None:
-            trainer.profiler.close()
-    reason = control.stop_reason if status == "stopped" else "reached the configured steps/epochs"
-    control.state = status
-    result = RunResult(
-        status,
-        reason,
-        trainer.step,
-        control.exit_code or EXIT_OK,
-        trainer.val_acc,
-        trainer.val_loss,
-        mean(trainer.throughputs),
-    )
-    with control.critical():  # a second signal lets the end record be written, whole
-        end = end_record(result, trainer, started)
-        end["weights_digest"] = weights_digest(trainer.parts.model)
-        sink.write(end)
-        sink.flush()
-    return result
-
-
-def weights_digest(model: torch.nn.Module) -> str:
-    """A short sha256 of the final weights: equal digests = bit-identical models."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
-    return digest.hexdigest()[:16]
-
-
-def fail(
-    exc: BaseException, sink: Sink, control: Control, trainer: Trainer | None, started: float
-) -> RunResult:
-    """Turn an exception into an error event, an end record and a failed RunResult."""
-    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-        # SystemExit: a second Ctrl-C or SIGTERM (launch.on_signal) means "leave now". The
-        # last checkpoint stays as it was; an end record says how the run ended (best effort).
-        if isinstance(exc, SystemExit) and isinstance(exc.code, int):
-            reason = f"{control.stop_reason or 'stopped'}; a second signal left mid-step"
-            result = RunResult("stopped", reason, trainer.step if trainer else 0, exc.code)
-            control.state = "stopped"  # from here on launch.on_signal ignores more signals
-            with contextlib.suppress(Exception):
-                sink.write(end_record(result, trainer, started))
-                sink.flush()
-        raise exc
-    step = trainer.step if trainer else 0
-    message, hint, is_bug = describe_failure(exc, trainer)
-    tb = "" if isinstance(exc, UserError) else traceback.format_exc()
-    sink.write(
-        event(
-            message + (f" ({hint})" if hint else ""),
-            level="error",
-            kind="failed",
-            hint=hint,
-            traceback=tb or None,
+            )
+            return None
+        self.last_saved_step = self.step
+        self.sink.write(
+            event_record(
+                f"checkpoint saved at step {self.step} ({reason}): {path}",
+                kind="checkpoint",
+                path=str(path),
+                step=self.step,
+            )
         )
-    )
-    # A failure checkpoint keeps trained weights; before the first step of this process (a
-    # refused resume, a bad model or data) it would only hold fresh or half-restored weights
-    # and move `latest` away from the checkpoint the user meant.
-    sound = (
-        trainer is not None
-        and trainer.state_sound
-        and trainer.parts is not None
-        and trainer.fitting
-        and trainer.step > trainer.start_step
-    )
-    if sound and not isinstance(exc, (TrainingError, torch.OutOfMemoryError)):
-        with contextlib.suppress(Exception):  # best effort: the failure is what we report
-            trainer.save("failure")
-    code = getattr(exc, "exit_code", EXIT_FAILED)
-    result = RunResult("failed", message, step, code, error=exc, traceback=tb, is_bug=is_bug)
-    sink.write(end_record(result, trainer, started))
-    control.state = "failed"
-    release(trainer)
-    return result
-
-
-def describe_failure(exc: BaseException, trainer: Trainer | None) -> tuple[str, str, bool]:
-    """(one-sentence message, hint, is it our bug?) for a failure."""
-    if isinstance(exc, TrainingError):
-        return str(exc), exc.hint, False
-    if isinstance(exc, UserError):
-        return str(exc), "", False
-    if isinstance(exc, torch.OutOfMemoryError):
-        step = trainer.step + 1 if trainer else 0
-        batch = trainer.batch_size if trainer else "?"
-        return (
-            f"out of memory at step {step} (batch {batch})",
-            "try a smaller data.batch_size with optim.grad_accum=2 or more, "
-            "--precision bf16 or fp16, or model.channels_last=false",
-            False,
-        )
-    if isinstance(exc, torch.distributed.DistError) or "gloo" in str(exc).lower():
-        step = trainer.step if trainer else 0
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        return (
-            f"lost contact with another rank after step {step} ({first})",
-            "a rank died or hung: see its rank-N.log in the run dir; the wait is bounded by "
-            "distributed.timeout_s",
-            False,
-        )
-    return (
-        f"{type(exc).__name__}: {exc}",
-        "this looks like a bug; the traceback is in the log",
-        True,
-    )
-
-
-def release(trainer: Trainer | None) -> None:
-    """Drop the run's tensors so a failed run does not pin device memory (UI stays alive)."""
-    if trainer is not None:
-        trainer.parts.optimizer.zero_grad(set_to_none=True)
-        trainer.parts = None  # type: ignore[assignment]
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def end_record(result: RunResult, trainer: Trainer | None, started: float) -> dict[str, Any]:
-    return {
-        "type": "end",
-        "status": result.status,
-        "reason": result.reason,
-        "step": result.step,
-        "samples": trainer.samples if trainer else 0,
-        "elapsed_s": round(time.perf_counter() - started, 3),
-        "mean_samples_per_s": result.samples_per_s,
-        "val_acc": result.val_acc,
-        "val_loss": result.val_loss,
-    }
-
-
-def mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+        self.meter.restart_clock()  # the save is not training time
+        return path

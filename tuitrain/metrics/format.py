@@ -7,8 +7,9 @@ returns a string. Fields that are missing or None are left out of the line.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
+
+from tuitrain.metrics.records import Record
 
 __all__ = [
     "DASH",
@@ -25,8 +26,6 @@ __all__ = [
 
 DASH = "—"
 _UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
-
-Record = Mapping[str, Any]
 
 
 def human_bytes(n: float | None) -> str:

@@ -8,6 +8,7 @@ tolerating a truncated last line (a run killed mid-write, or a file being tailed
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import sys
@@ -18,6 +19,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from tuitrain.metrics.format import format_record, is_error_record
+from tuitrain.metrics.records import Record
 from tuitrain.metrics.store import MetricStore
 
 __all__ = [
@@ -30,8 +32,6 @@ __all__ = [
     "read_jsonl",
     "to_json_line",
 ]
-
-Record = Mapping[str, Any]
 
 
 class Sink:
@@ -95,6 +95,39 @@ class StoreSink(Sink):
         self.store = store
 
     def write(self, record: Record) -> None:
+        self.store.push(record)
+
+
+SEQ_KEY = "_seq"  # arrival order of a record, stamped on the store copy only
+_ARRIVALS = itertools.count()  # shared by every sink of the process: always increasing
+STEP_KEY = "_step"  # the latest train step when an event arrived
+
+
+class TimelineStoreSink(Sink):
+    """Feeds the store like `StoreSink`, stamping events and evals with arrival order.
+
+    The stamps (`_seq`, `_step`) let the event log interleave events and epoch summaries in
+    the order they happened and say at which step. Only the store's copy is stamped; the
+    JSONL file and the console see the records unchanged.
+    """
+
+    def __init__(self, store: MetricStore) -> None:
+        self.store = store
+        self._step: Any = None
+
+    def write(self, record: Record) -> None:
+        kind = record.get("type")
+        if kind == "train":
+            self._step = record.get("step")
+            self.store.push(record)
+            return
+        if kind in ("event", "eval"):
+            step = record.get("step")
+            if step is None:
+                step = self._step
+            elif kind == "eval":
+                self._step = step  # the step the run has reached, for the events after it
+            record = {**record, SEQ_KEY: next(_ARRIVALS), STEP_KEY: step}
         self.store.push(record)
 
 

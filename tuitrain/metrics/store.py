@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from tuitrain.metrics.records import Record
+
 __all__ = ["MetricStore", "Series", "Snapshot"]
 
 RING_SIZE = 512
@@ -31,7 +33,7 @@ MAX_EVENTS = 500
 MAX_SERIES = 256
 EVAL_SERIES = ("val_loss", "val_acc")
 
-Record = Mapping[str, Any]
+
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -209,7 +211,7 @@ class MetricStore:
     ) -> None:
         """Append (step, value) to each numeric field's series. Caller holds the lock."""
         x = rec.get("step")
-        if not _is_number(x) or (type(x) is float and not math.isfinite(x)):
+        if x is None or not _is_number(x) or (type(x) is float and not math.isfinite(x)):
             return
         version = self._version
         series = self._series

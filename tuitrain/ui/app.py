@@ -1,7 +1,7 @@
 """The Textual app: a live dashboard over one hosted run, plus the keys that steer it.
 
 `run_app(cfg, overrides)` is what `tuitrain` runs in a terminal. The engine runs in the
-`EngineHost`'s thread; the app polls the store on timers (text 2 Hz, plots 1 Hz, each only
+`RunHost`'s thread; the app polls the store on timers (text 2 Hz, plots 1 Hz, each only
 when the data changed) and hears about the run's end through a posted `RunEnded` message.
 Built with `host=None` it only watches the store it is given (snapshot tests, `watch`).
 
@@ -23,20 +23,21 @@ from textual import events
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Grid
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import Footer
 
 from tuitrain.config import Config, describe_presets
 from tuitrain.engine.rundir import prepare_run_dir
 from tuitrain.errors import EXIT_SIGINT
+from tuitrain.host import RunHost
 from tuitrain.metrics.store import MetricStore
-from tuitrain.ui.host import EngineHost
+from tuitrain.stdio import native_stderr_to, say
 from tuitrain.ui.screens.help import HelpScreen
 from tuitrain.ui.screens.parity import NO_PRESET, ParityScreen
 from tuitrain.ui.screens.presets import PresetScreen
 from tuitrain.ui.screens.profile import ProfileScreen
 from tuitrain.ui.session import NEEDS_ENGINE, RunEnded, SessionApp
-from tuitrain.ui.terminal import native_stderr_to, say
 from tuitrain.ui.view import (
     PLOT_INTERVAL_S,
     TEXT_INTERVAL_S,
@@ -89,7 +90,7 @@ class TuitrainApp(SessionApp):
     def __init__(
         self,
         store: MetricStore | None = None,
-        host: EngineHost | None = None,
+        host: RunHost | None = None,
         overrides: Sequence[str] = (),
     ) -> None:
         super().__init__(store=store, host=host, overrides=overrides)
@@ -245,7 +246,7 @@ class TuitrainApp(SessionApp):
                 self.push_screen(ProfileScreen(str(event.get("message", "")), table))
             elif kind in ("checkpoint", "checkpoint_failed") and self.checkpoint_wanted:
                 self.checkpoint_wanted = False
-                severity = "information" if kind == "checkpoint" else "error"
+                severity: SeverityLevel = "information" if kind == "checkpoint" else "error"
                 self.notify(str(event.get("message", "")), severity=severity, timeout=6)
 
     def on_run_ended(self, message: RunEnded) -> None:
@@ -350,10 +351,10 @@ def run_app(cfg: Config, overrides: Sequence[str], dist: DistInfo | None = None)
     Native stderr (torch's C++ warnings, profiler logs) goes to the first run dir's
     native-stderr.log while the app draws, so it cannot scribble over the screen. Under
     torchrun (`dist`, rank 0) the engine thread runs rank 0's part of the job and tells the
-    other ranks what to do next (see `EngineHost`).
+    other ranks what to do next (see `RunHost`).
     """
     run_dir = prepare_run_dir(cfg)
-    host = EngineHost(cfg, MetricStore(), run_dir=run_dir, dist=dist)
+    host = RunHost(cfg, MetricStore(), run_dir=run_dir, dist=dist)
     code: int | None = None
     with native_stderr_to(run_dir / "native-stderr.log"):
         app = TuitrainApp(host=host, overrides=overrides)

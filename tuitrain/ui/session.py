@@ -1,6 +1,6 @@
 """SessionApp: the hosted-run lifecycle under the dashboard (start, switch, quit, signals).
 
-One run at a time, owned by an `EngineHost`. Stopping is always asynchronous: the engine is
+One run at a time, owned by an `RunHost`. Stopping is always asynchronous: the engine is
 asked to stop at a step boundary, the UI keeps running and says what it waits for, and the
 `RunEnded` message (posted from the engine thread) triggers what comes next: exit, or the
 next preset. `TuitrainApp` adds the layout, the polling and the keys on top.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from textual.app import App
@@ -19,9 +19,12 @@ from textual.drivers.linux_driver import LinuxDriver
 from textual.message import Message
 
 from tuitrain.config import Config, load_preset
-from tuitrain.errors import EXIT_SIGHUP, EXIT_SIGTERM, UserError
+from tuitrain.engine.rundir import sibling_run_dir
+from tuitrain.errors import UserError
+from tuitrain.host import RunHost
+from tuitrain.metrics.records import event_record
 from tuitrain.metrics.store import MetricStore
-from tuitrain.ui.host import EngineHost, sibling_run_dir, ui_event
+from tuitrain.signals import on_stop_signals
 from tuitrain.ui.terminal import HangupSafeDriver
 from tuitrain.ui.view import host_memory_bytes
 
@@ -30,34 +33,36 @@ PEERS_GONE = (
     "the other ranks exited when this DDP run ended, so preset {name} cannot start here; "
     "start a new job: tuitrain --nproc N --preset {name}"
 )
-STOP_SIGNALS = {signal.SIGTERM: ("SIGTERM", EXIT_SIGTERM), signal.SIGHUP: ("SIGHUP", EXIT_SIGHUP)}
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # SIGINT is a key (ctrl+c) in the app
 
 
 class RunEnded(Message):
     """Posted from the engine thread when a hosted run has ended (thread-safe)."""
 
-    def __init__(self, host: EngineHost) -> None:
+    def __init__(self, host: RunHost) -> None:
         super().__init__()
         self.host = host
 
 
 class SessionApp(App[int]):
-    """Owns the current `EngineHost` and the quit/switch state machine."""
+    """Owns the current `RunHost` and the quit/switch state machine."""
 
     def __init__(
         self,
         store: MetricStore | None = None,
-        host: EngineHost | None = None,
+        host: RunHost | None = None,
         overrides: Sequence[str] = (),
     ) -> None:
         super().__init__()
-        self.store = host.store if host is not None else (store or MetricStore())
+        hosted = host.store if host is not None else None
+        self.store: MetricStore = hosted if hosted is not None else (store or MetricStore())
         self.host = host
         self.overrides = list(overrides)
         self.host_memory = host_memory_bytes() if host is not None else None
         self.pending: str | None = None  # "quit" or "switch" while the engine stops
         self.pending_cfg: Config | None = None
         self.signal_exit_code: int | None = None
+        self._remove_signal_handlers: Callable[[], None] = lambda: None
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's choice, except that a terminal's driver survives a hangup."""
@@ -72,9 +77,13 @@ class SessionApp(App[int]):
         """Redraw now (after a state change the user caused)."""
 
     # -- the hosted run ------------------------------------------------------------------
-    def launch(self, host: EngineHost) -> None:
+    def launch(self, host: RunHost) -> None:
         """Start `host` and make it the current run."""
-        host.on_end = lambda ended: self.post_message(RunEnded(ended))
+
+        def on_end(ended: RunHost) -> None:
+            self.post_message(RunEnded(ended))
+
+        host.on_end = on_end
         self.host = host
         self.host_memory = host_memory_bytes()
         host.start()
@@ -94,10 +103,13 @@ class SessionApp(App[int]):
                 self.notify(PEERS_GONE.format(name=name), severity="warning", timeout=10)
         elif host.result is not None:
             result = host.result
-            severity = "error" if result.status == "failed" else "information"
-            self.notify(f"run {result.status}: {result.reason}", severity=severity, timeout=6)
+            text = f"run {result.status}: {result.reason}"
+            if result.status == "failed":
+                self.notify(text, severity="error", timeout=6)
+            else:
+                self.notify(text, severity="information", timeout=6)
 
-    def start_preset(self, cfg: Config, previous: EngineHost | None) -> None:
+    def start_preset(self, cfg: Config, previous: RunHost | None) -> None:
         """Reset the store and panels and start `cfg` in a new run dir, logging the switch."""
         self.pending, self.pending_cfg = None, None
         notes: list[Mapping[str, Any]] = []
@@ -107,7 +119,7 @@ class SessionApp(App[int]):
             step = previous.result.step if previous.result else "?"
             where = f", its files are in {previous.run_dir}" if previous.run_dir else ""
             notes.append(
-                ui_event(
+                event_record(
                     f"switched preset {old} → {cfg.name} (the {old} run stopped at step {step}"
                     f"{where})",
                     kind="preset_switch",
@@ -119,7 +131,7 @@ class SessionApp(App[int]):
         self.store.reset()
         self.reset_view()
         dist = previous.dist if previous is not None else None
-        self.launch(EngineHost(cfg, self.store, run_dir=run_dir, notes=notes, dist=dist))
+        self.launch(RunHost(cfg, self.store, run_dir=run_dir, notes=notes, dist=dist))
         self.notify(f"started preset {cfg.name}", timeout=3)
         self.refresh_view()
 
@@ -164,7 +176,7 @@ class SessionApp(App[int]):
         result = self.host.result if self.host is not None else None
         return result.exit_code if result is not None and result.status == "failed" else 0
 
-    def live_host(self) -> EngineHost | None:
+    def live_host(self) -> RunHost | None:
         """The running host, or None after telling the user why the key does nothing."""
         host = self.host
         if host is None:
@@ -180,21 +192,15 @@ class SessionApp(App[int]):
         """SIGTERM (a scheduler) or SIGHUP (the SSH connection dropped): stop cleanly, as q."""
         try:
             loop = asyncio.get_running_loop()
-            for signum in STOP_SIGNALS:
-                loop.add_signal_handler(signum, self.on_stop_signal, signum)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass  # not the main thread, or a platform without loop signal handlers
+        except RuntimeError:
+            return
+        self._remove_signal_handlers = on_stop_signals(self.on_stop_signal, STOP_SIGNALS, loop)
 
     def remove_signal_handlers(self) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-            for signum in STOP_SIGNALS:
-                loop.remove_signal_handler(signum)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass
+        self._remove_signal_handlers()
+        self._remove_signal_handlers = lambda: None
 
-    def on_stop_signal(self, signum: int) -> None:
-        name, code = STOP_SIGNALS[signal.Signals(signum)]
+    def on_stop_signal(self, name: str, code: int) -> None:
         self.signal_exit_code = code
         if self.host is not None:
             self.host.control.request_stop(f"stopped by {name}", exit_code=code)

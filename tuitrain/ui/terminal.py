@@ -1,9 +1,4 @@
-"""Keep native stderr (torch's C++ warnings, the profiler's logs) off the dashboard, and
-survive a terminal that goes away (the SSH connection dropped).
-
-Textual draws on `sys.__stderr__`. Libraries below Python write to file descriptor 2
-directly, which would scribble over the screen. While the app runs, fd 2 points at a log
-file and Textual draws through a duplicate of the terminal's descriptor.
+"""Survive a terminal that goes away (the SSH connection dropped).
 
 When the terminal hangs up, writing to it fails with EIO. Textual's writer thread dies of
 that, its bounded queue fills and the app's next write blocks for ever: the process hangs
@@ -13,76 +8,13 @@ output once the terminal is gone, so the app still stops the run and exits (129 
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-from collections.abc import Iterator
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from textual.drivers.linux_driver import LinuxDriver
 
+from tuitrain.stdio import TerminalOutput
 
-@contextlib.contextmanager
-def native_stderr_to(path: Path) -> Iterator[None]:
-    """Send fd 2 to `path` and give `sys.__stderr__` a duplicate of the terminal.
-
-    Enter it before the App is built (Textual reads `sys.__stderr__` then). A no-op when
-    stderr is not a terminal (tests, pipes).
-    """
-    original = sys.__stderr__
-    if original is None or not original.isatty():
-        yield
-        return
-    original.flush()
-    terminal_fd = os.dup(2)
-    log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    terminal = os.fdopen(terminal_fd, "w", encoding=original.encoding, errors=original.errors)
-    sys.__stderr__ = terminal
-    os.dup2(log_fd, 2)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError):  # EIO: the terminal hung up
-            terminal.flush()
-        os.dup2(terminal_fd, 2)
-        sys.__stderr__ = original
-        with contextlib.suppress(OSError):
-            terminal.close()
-        os.close(log_fd)
-
-
-def say(message: str) -> None:
-    """One line on stderr; nothing when the terminal is gone (hung up: EIO)."""
-    with contextlib.suppress(OSError, ValueError):
-        print(message, file=sys.stderr, flush=True)
-
-
-class TerminalOutput:
-    """A text stream over the terminal that discards writes once the terminal is gone
-    (a write or flush failed with OSError: EIO after a hangup, EPIPE, EBADF)."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream = stream
-        self.gone = False
-
-    def write(self, text: str) -> int:
-        if not self.gone:
-            try:
-                return self.stream.write(text)
-            except (OSError, ValueError):  # ValueError: the stream was closed
-                self.gone = True
-        return len(text)
-
-    def flush(self) -> None:
-        if not self.gone:
-            try:
-                self.stream.flush()
-            except (OSError, ValueError):
-                self.gone = True
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.stream, name)  # fileno, isatty, encoding, ...
+__all__ = ["HangupSafeDriver", "TerminalOutput"]
 
 
 class HangupSafeDriver(LinuxDriver):

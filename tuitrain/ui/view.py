@@ -14,12 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuitrain.engine.verdicts import data_wait_verdict as engine_data_wait_verdict
-from tuitrain.engine.verdicts import straggler
 from tuitrain.metrics.format import DASH
+from tuitrain.metrics.records import Record, straggler
 from tuitrain.metrics.store import Series, Snapshot
-
-Record = Mapping[str, Any]
 
 LOSS_SMOOTHING = 0.6  # EMA weight, as in TensorBoard's and W&B's smoothing slider
 
@@ -240,36 +237,6 @@ def last_overflow_step(skipped: Series) -> int | None:
             last = int(x)
         prev = y
     return last
-
-
-def data_wait_advice(
-    frac: float | None, data: Mapping[str, Any], device: str | None
-) -> tuple[str, str]:
-    """(verdict, hint): the engine's verdict (ok, warning above 10%, input-bound above 20%)
-    and the fix that fits this run's loader: workers, pinned memory or device-resident data."""
-    if frac is None or not math.isfinite(frac):
-        return "unknown", ""
-    verdict, engine_hint = engine_data_wait_verdict(frac)
-    if verdict == "ok":
-        return verdict, ""
-    return verdict, loader_hint(data, device) or engine_hint
-
-
-def loader_hint(data: Mapping[str, Any], device: str | None) -> str:
-    if not data:
-        return ""
-    if data.get("loader") == "device":
-        return (
-            "the data already lives on the device; the wait is batch indexing: "
-            "raise data.batch_size or check for another process using the device"
-        )
-    tips = []
-    workers = data.get("num_workers")
-    tips.append(f"raise data.num_workers (now {workers})" if workers is not None else "")
-    if str(device or "").startswith("cuda") and not data.get("pin_memory", True):
-        tips.append("set data.pin_memory=true")
-    tips.append("use data.loader='device' if the set fits in device memory")
-    return "; ".join(t for t in tips if t)
 
 
 def host_memory_bytes() -> int | None:

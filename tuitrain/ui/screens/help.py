@@ -13,8 +13,9 @@ from textual.widgets import Static
 
 PANELS = (
     "Loss: smoothed train loss per step, validation loss per epoch, accuracy · "
-    "Throughput: samples/s and step time · Memory: device alloc/reserved/peak, or host RSS "
-    "on CPU · GradScaler: fp16 loss scale on a log2 axis · Data wait: share of step time "
+    "Throughput: samples/s and step time · Memory: this process's allocator (alloc/reserved/"
+    "peak) and the GPU's memory in use by all processes, with its utilisation; host RSS on "
+    "CPU · GradScaler: fp16 loss scale on a log2 axis · Data wait: share of step time "
     "waiting for the loader, with a verdict · Events: compile, epochs, warnings, errors"
 )
 

@@ -36,7 +36,7 @@ from tuitrain.metrics.store import Snapshot
 from tuitrain.ui.widgets.chart import Line, MetricChart
 
 if TYPE_CHECKING:
-    from tuitrain.ui.host import EngineHost
+    from tuitrain.host import RunHost
 
 TICK_S = 0.25  # text at 4 Hz; the chart every other tick (2 Hz), only when data changed
 PAUSE_WAIT_S = 5.0  # how long to wait for the training run to reach a step boundary
@@ -61,7 +61,7 @@ class ParityScreen(ModalScreen[None]):
         mixed: str | None = None,
         early_steps: int = EARLY_STEPS,
         *,
-        host: EngineHost | None = None,
+        host: RunHost | None = None,
         run_dir: Path | None = None,
     ) -> None:
         super().__init__()

@@ -176,8 +176,8 @@ class MetricChart(PlotextPlot):
             ticks = nice_ticks(y_lo, y_hi, max(2, min(5, self.size.height // 2)))
             yticks = [(t, yfmt(t)) for t in ticks]
         plt.yticks([t for t, _ in yticks], [label for _, label in yticks])
-        for value, color in hlines:
-            plt.hline(value, self.theme_rgb(color))
+        for value, color_name in hlines:
+            plt.hline(value, self.theme_rgb(color_name))
         self.refresh()
 
 

@@ -3,8 +3,9 @@ warning above 10%, input-bound above 20%) and the hint that fits this run's load
 
 from __future__ import annotations
 
+from tuitrain.metrics.records import data_wait_verdict
 from tuitrain.metrics.store import Series, Snapshot
-from tuitrain.ui.view import Frame, config_section, data_wait_advice
+from tuitrain.ui.view import Frame, config_section
 from tuitrain.ui.widgets.chart import Line, MetricChart
 from tuitrain.ui.widgets.panel import Panel, esc
 
@@ -21,7 +22,7 @@ class DataWaitPanel(Panel):
         snap = frame.snap
         frac = snap.get("data_wait_frac").last
         header = snap.header or {}
-        verdict, hint = data_wait_advice(frac, config_section(snap, "data"), header.get("device"))
+        verdict, hint = data_wait_verdict(frac, config_section(snap, "data"), header.get("device"))
         if frac is None:
             return "[$foreground-muted]waiting for the first log point[/]\n"
         color = VERDICT_COLOR.get(verdict, "foreground")

@@ -1,13 +1,12 @@
 """Event log: compile done, epoch summaries, warnings, checkpoints, errors, run end.
 
 Events and evals come from the snapshot stamped with their arrival order (`_seq`, see
-`tuitrain.ui.host.TimelineStoreSink`), so epoch summaries and warnings interleave as they
+`tuitrain.metrics.sinks.TimelineStoreSink`), so epoch summaries and warnings interleave as they
 happened; only records not yet shown are written (the log is append-only).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from rich.console import RenderableType
@@ -16,11 +15,11 @@ from rich.table import Table
 from textual.widgets import RichLog
 
 from tuitrain.metrics.format import format_number, precision_label
+from tuitrain.metrics.records import Record
+from tuitrain.metrics.sinks import SEQ_KEY, STEP_KEY
 from tuitrain.metrics.store import Snapshot
-from tuitrain.ui.host import SEQ_KEY, STEP_KEY
 from tuitrain.ui.view import Frame
 
-Record = Mapping[str, Any]
 LEVEL_MARK = {"info": ("·", "foreground-darken-1"), "warning": ("▲", "warning")}
 LEVEL_MARK["error"] = ("✖", "error")
 LEVEL_MARK["traceback"] = (" ", "foreground-darken-2")

@@ -4,7 +4,8 @@ utilisation; on CPU the host RSS, labelled as such."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tuitrain.metrics.format import DASH, human_bytes
 from tuitrain.metrics.store import Series, Snapshot
@@ -22,6 +23,20 @@ def short_bytes(n: float | None) -> str:
     if unit == "GiB" and float(number) >= 100:
         return f"{float(number):.0f} GiB"
     return text
+
+
+WIDE = 52  # summary columns from which the long form fits on two lines
+
+
+def util_text(latest: Mapping[str, Any]) -> str:
+    util = latest.get("gpu_util_pct")
+    return f"util {util:.0f}%" if util is not None else "util — (no NVML)"
+
+
+def _bare(text: str, unit: str) -> str:
+    """'1.60 GiB' -> '1.60' when `unit` (the total's) says GiB already."""
+    number, _, own = text.partition(" ")
+    return number if own == unit and unit else text
 
 
 def _share(part: float | None, total: float | None) -> str:
@@ -47,17 +62,24 @@ class MemoryPanel(Panel):
         latest = snap.latest or {}
         if self.on_device(snap):
             total = (snap.header or {}).get(TOTAL_KEY)
-            peak = latest.get("mem_peak_bytes")
-            util = latest.get("gpu_util_pct")
-            util_text = f"util {util:.0f}%" if util is not None else "util — (no NVML)"
-            total_text = short_bytes(total) if total else DASH
             used = latest.get("gpu_mem_used_bytes")
+            alloc = short_bytes(latest.get("mem_alloc_bytes"))
+            reserved = short_bytes(latest.get("mem_reserved_bytes"))
+            peak = short_bytes(latest.get("mem_peak_bytes"))
+            total_text = short_bytes(total) if total else DASH
+            allocator = f"[$primary]alloc[/] {alloc} · [$secondary]reserved[/] {reserved}"
+            if self.summary_text.content_size.width >= WIDE:
+                return (
+                    f"{allocator} · peak {peak}\n"
+                    f"GPU in use {short_bytes(used)} / {total_text}{_share(used, total)} "
+                    f"[$foreground-muted](all processes)[/] · {util_text(latest)}"
+                )
+            # narrow: utilisation goes to the border (see plot); units shown once when shared
+            unit = total_text.partition(" ")[2]
             return (
-                f"[$primary]alloc[/] {short_bytes(latest.get('mem_alloc_bytes'))} · "
-                f"[$secondary]reserved[/] {short_bytes(latest.get('mem_reserved_bytes'))} · "
-                f"peak {short_bytes(peak)}\n"
-                f"GPU in use {short_bytes(used)} / {total_text}{_share(used, total)} "
-                f"[$foreground-muted](all processes)[/] · {util_text}"
+                f"{allocator}\n"
+                f"peak {_bare(peak, unit)} · GPU used {_bare(short_bytes(used), unit)}/"
+                f"{total_text}"
             )
         rss = latest.get("host_rss_bytes")
         of = f" of {short_bytes(frame.host_memory)} RAM" if frame.host_memory else ""
@@ -68,7 +90,10 @@ class MemoryPanel(Panel):
 
     def plot(self, chart: MetricChart, snap: Snapshot, buckets: int) -> None:
         if self.on_device(snap):
-            names = (("mem_alloc_bytes", "primary"), ("mem_reserved_bytes", "secondary"))
+            names: tuple[tuple[str, str], ...] = (
+                ("mem_alloc_bytes", "primary"),
+                ("mem_reserved_bytes", "secondary"),
+            )
         else:
             names = (("host_rss_bytes", "primary"),)
         series = [(snap.get(name), color) for name, color in names]
@@ -79,7 +104,10 @@ class MemoryPanel(Panel):
             for s, color in series
             for xs, ys in [s.decimate(buckets)]
         ]
-        self.border_subtitle = f"y in {unit}" if top else ""
+        subtitle = f"y in {unit}" if top else ""
+        if self.on_device(snap) and self.summary_text.content_size.width < WIDE:
+            subtitle = " · ".join(t for t in (util_text(snap.latest or {}), subtitle) if t)
+        self.border_subtitle = subtitle
         chart.draw(lines, ylim=(0.0, top / div * 1.1 if top else 1.0))
 
     def spark_series(self, snap: Snapshot) -> Series:

@@ -150,7 +150,7 @@ class Panel(Vertical):
         data = (snap.header, *(snap.series.get(name) for name in self.SERIES))
         chart = self.chart
         if chart.display and chart.size.area:
-            key = (chart.size, self.app.theme)
+            key: tuple[object, ...] = (chart.size, self.app.theme)
             if key != self._plot_key or not same_objects(data, self._plot_data):
                 self._plot_key, self._plot_data = key, data
                 self.plot(chart, snap, chart.plot_columns())

@@ -1,0 +1,66 @@
+"""The metric contract's single home: builders, the train record's fields, DDP merge rules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tuitrain.metrics.records import (
+    RANK_MERGE,
+    TELEMETRY_FIELDS,
+    TRAIN_FIELDS,
+    end_record,
+    event_record,
+    train_record,
+)
+
+VALUES = dict(
+    step=10, epoch=0.123456, samples=2560, loss=0.5, lr=1e-3, samples_per_s=1000.0,
+    step_time_s=0.25, data_wait_s=0.01, data_wait_frac=0.004, grad_scale=None,
+    skipped_steps=None, grad_norm=None,
+)  # fmt: skip
+
+
+def test_train_record_has_every_field_in_order() -> None:
+    record = train_record(**VALUES, telemetry={"host_rss_bytes": 123})
+    assert tuple(record) == TRAIN_FIELDS and list(record)[0] == "type"
+    assert record["type"] == "train" and record["epoch"] == 0.1235
+    assert record["host_rss_bytes"] == 123 and record["mem_alloc_bytes"] is None  # null
+    assert train_record(**{**VALUES, "loss": math.nan}, telemetry={})["loss"] is None
+    with pytest.raises(ValueError, match="outside the contract"):
+        train_record(**VALUES, telemetry={"gpu_temp_c": 60})
+
+
+def test_ddp_merges_only_contract_fields() -> None:
+    assert set(RANK_MERGE) - {"busy_s"} <= set(TRAIN_FIELDS)
+    assert set(RANK_MERGE.values()) <= {"sum", "mean", "max", "per-rank"}
+    assert set(TELEMETRY_FIELDS) <= set(TRAIN_FIELDS)
+
+
+def test_event_and_end_builders() -> None:
+    event = event_record("paused at step 3", kind="pause", step=3)
+    assert list(event)[0] == "type" and event["level"] == "info" and event["step"] == 3
+    end = end_record("stopped", "stopped by SIGTERM", 7, samples=1792)
+    assert end == {
+        "type": "end", "status": "stopped", "reason": "stopped by SIGTERM", "step": 7,
+        "samples": 1792,
+    }  # fmt: skip
+
+
+def test_the_engine_writes_records_of_the_contract(tiny_config) -> None:
+    from tuitrain.engine.runner import run
+    from tuitrain.metrics.sinks import Sink
+
+    class Keep(Sink):
+        def __init__(self) -> None:
+            self.records: list[dict] = []
+
+        def write(self, record) -> None:  # type: ignore[no-untyped-def]
+            self.records.append(dict(record))
+
+    sink = Keep()
+    run(tiny_config("train.max_steps=4"), sink)
+    train = [r for r in sink.records if r["type"] == "train"]
+    assert train and all(tuple(r)[: len(TRAIN_FIELDS)] == TRAIN_FIELDS for r in train)
+    assert sink.records[-1]["type"] == "end" and sink.records[0]["type"] == "header"

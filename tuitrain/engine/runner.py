@@ -1,0 +1,279 @@
+"""`run(config, sink, control)`: build a run, train it, end it cleanly whatever happens.
+
+Callable from any thread. Every outcome ends with an `end` record and a `RunResult`;
+failures become an error event with a hint (and the traceback for our bugs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import platform
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import tuitrain
+from tuitrain.config import Config
+from tuitrain.engine.control import Control
+from tuitrain.engine.device import device_name, tf32_active, unused_gpu_warning
+from tuitrain.engine.setup import DistInfo, RunParts, build_parts
+from tuitrain.engine.trainer import Trainer
+from tuitrain.errors import EXIT_FAILED, EXIT_OK, TrainingError, UserError
+from tuitrain.metrics.records import end_record, event_record
+from tuitrain.metrics.sinks import Sink
+
+__all__ = ["RunResult", "run"]
+
+
+@dataclass(slots=True)
+class RunResult:
+    status: str  # completed | stopped | failed
+    reason: str
+    step: int
+    exit_code: int
+    val_acc: float | None = None
+    val_loss: float | None = None
+    samples_per_s: float | None = None
+    error: BaseException | None = None
+    traceback: str = ""
+    is_bug: bool = False  # an unexpected exception: show the traceback, not just the sentence
+
+
+def header_record(
+    cfg: Config, parts: RunParts, dist: DistInfo, run_dir: Path | None
+) -> dict[str, Any]:
+    n_params = sum(t.numel() for t in parts.model.parameters())
+    return {
+        "type": "header",
+        "preset": cfg.name,
+        "config": cfg.to_dict(),
+        "device": str(parts.device),
+        "device_name": device_name(parts.device),
+        "precision": parts.precision.name,
+        # fp32 matmuls/convolutions as TF32 (Ampere+ CUDA with train.tf32): not full fp32
+        "tf32": tf32_active(parts.device),
+        "compile": parts.compiled,
+        "world_size": dist.world_size,
+        "torch": torch.__version__,
+        "tuitrain": tuitrain.__version__,
+        "python": platform.python_version(),
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "data": parts.data.description,
+        "train_samples": parts.data.train.num_samples,  # per epoch, on this rank
+        "val_samples": parts.data.val.num_samples,
+        "params": n_params,
+        "global_batch": cfg.data.batch_size * cfg.optim.grad_accum * dist.world_size,
+        "steps_per_epoch": parts.steps_per_epoch,
+        "total_steps": parts.total_steps,
+        "run_dir": str(run_dir) if run_dir else None,
+        "device_memory_bytes": (
+            torch.cuda.get_device_properties(parts.device).total_memory
+            if parts.device.type == "cuda"
+            else None
+        ),
+    }
+
+
+def run(
+    cfg: Config,
+    sink: Sink,
+    control: Control | None = None,
+    *,
+    run_dir: Path | None = None,
+    dist: DistInfo | None = None,
+    resume: dict[str, Any] | None = None,
+) -> RunResult:
+    """Build and train one run; every outcome ends with an `end` record and a RunResult."""
+    control = control or Control()
+    dist = dist or DistInfo()
+    trainer: Trainer | None = None
+    started = time.perf_counter()
+    try:
+        control.state = "starting"
+        parts = build_parts(cfg, dist)
+        sink.write(header_record(cfg, parts, dist, run_dir))
+        if slow := parts.precision.start_warning():
+            message, hint = slow
+            sink.write(
+                event_record(f"{message}; {hint}", level="warning", kind="precision", hint=hint)
+            )
+        unused = unused_gpu_warning() if cfg.train.device == "auto" else None
+        if unused and parts.device.type == "cpu":
+            message, hint = unused
+            sink.write(
+                event_record(f"{message}; {hint}", level="warning", kind="device", hint=hint)
+            )
+        trainer = Trainer(cfg, parts, sink, control, dist, run_dir)
+        if resume is not None:
+            from tuitrain.engine.state import restore
+
+            warning = restore(trainer, resume)
+            sink.write(
+                event_record(
+                    f"resumed at step {trainer.step} (epoch {trainer.epoch}, "
+                    f"step {trainer.epoch_step} of it)",
+                    kind="resume",
+                    step=trainer.step,
+                )
+            )
+            if warning:
+                sink.write(event_record(warning, level="warning", kind="resume_inexact"))
+            if trainer.step >= parts.total_steps:
+                sink.write(
+                    event_record(
+                        f"nothing left to train: the checkpoint is at step {trainer.step} and "
+                        f"this run ends at step {parts.total_steps}; raise --max-steps or "
+                        "--epochs to go on",
+                        level="warning",
+                        kind="resume_done",
+                        step=trainer.step,
+                    )
+                )
+        status = trainer.fit()
+        trainer.profiler.close(sink)  # a profile the run's end cut short: what it has
+    except BaseException as exc:  # noqa: BLE001 - every failure must end the run cleanly
+        return fail(exc, sink, control, trainer, started)
+    finally:
+        if trainer is not None:
+            trainer.profiler.close()
+    reason = control.stop_reason if status == "stopped" else "reached the configured steps/epochs"
+    control.state = status
+    result = RunResult(
+        status,
+        reason,
+        trainer.step,
+        control.exit_code or EXIT_OK,
+        trainer.val_acc,
+        trainer.val_loss,
+        mean(trainer.throughputs),
+    )
+    with control.critical():  # a second signal lets the end record be written, whole
+        end = run_end_record(result, trainer, started)
+        end["weights_digest"] = weights_digest(trainer.parts.model)
+        sink.write(end)
+        sink.flush()
+    return result
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """A short sha256 of the final weights: equal digests = bit-identical models."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()[:16]
+
+
+def fail(
+    exc: BaseException, sink: Sink, control: Control, trainer: Trainer | None, started: float
+) -> RunResult:
+    """Turn an exception into an error event, an end record and a failed RunResult."""
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        # SystemExit: a second Ctrl-C or SIGTERM (tuitrain.signals) means "leave now". The
+        # last checkpoint stays as it was; an end record says how the run ended (best effort).
+        if isinstance(exc, SystemExit) and isinstance(exc.code, int):
+            reason = f"{control.stop_reason or 'stopped'}; a second signal left mid-step"
+            result = RunResult("stopped", reason, trainer.step if trainer else 0, exc.code)
+            control.state = "stopped"  # from here on the signal handler ignores more signals
+            with contextlib.suppress(Exception):
+                sink.write(run_end_record(result, trainer, started))
+                sink.flush()
+        raise exc
+    step = trainer.step if trainer else 0
+    message, hint, is_bug = describe_failure(exc, trainer)
+    tb = "" if isinstance(exc, UserError) else traceback.format_exc()
+    sink.write(
+        event_record(
+            message + (f" ({hint})" if hint else ""),
+            level="error",
+            kind="failed",
+            hint=hint,
+            traceback=tb or None,
+        )
+    )
+    # A failure checkpoint keeps trained weights; before the first step of this process (a
+    # refused resume, a bad model or data) it would only hold fresh or half-restored weights
+    # and move `latest` away from the checkpoint the user meant.
+    sound = (
+        trainer is not None
+        and trainer.state_sound
+        and trainer.parts is not None
+        and trainer.fitting
+        and trainer.step > trainer.start_step
+    )
+    if (
+        sound
+        and trainer is not None
+        and not isinstance(exc, (TrainingError, torch.OutOfMemoryError))
+    ):
+        with contextlib.suppress(Exception):  # best effort: the failure is what we report
+            trainer.save("failure")
+    code = getattr(exc, "exit_code", EXIT_FAILED)
+    result = RunResult("failed", message, step, code, error=exc, traceback=tb, is_bug=is_bug)
+    sink.write(run_end_record(result, trainer, started))
+    control.state = "failed"
+    release(trainer)
+    return result
+
+
+def describe_failure(exc: BaseException, trainer: Trainer | None) -> tuple[str, str, bool]:
+    """(one-sentence message, hint, is it our bug?) for a failure."""
+    if isinstance(exc, TrainingError):
+        return str(exc), exc.hint, False
+    if isinstance(exc, UserError):
+        return str(exc), "", False
+    if isinstance(exc, torch.OutOfMemoryError):
+        step = trainer.step + 1 if trainer else 0
+        batch = trainer.batch_size if trainer else "?"
+        return (
+            f"out of memory at step {step} (batch {batch})",
+            "try a smaller data.batch_size with optim.grad_accum=2 or more, "
+            "--precision bf16 or fp16, or model.channels_last=false",
+            False,
+        )
+    if isinstance(exc, torch.distributed.DistError) or "gloo" in str(exc).lower():
+        step = trainer.step if trainer else 0
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        return (
+            f"lost contact with another rank after step {step} ({first})",
+            "a rank died or hung: see its rank-N.log in the run dir; the wait is bounded by "
+            "distributed.timeout_s",
+            False,
+        )
+    return (
+        f"{type(exc).__name__}: {exc}",
+        "this looks like a bug; the traceback is in the log",
+        True,
+    )
+
+
+def release(trainer: Trainer | None) -> None:
+    """Drop the run's tensors so a failed run does not pin device memory (UI stays alive)."""
+    if trainer is not None:
+        trainer.parts.optimizer.zero_grad(set_to_none=True)
+        trainer.parts = None  # type: ignore[assignment]
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def run_end_record(result: RunResult, trainer: Trainer | None, started: float) -> dict[str, Any]:
+    return end_record(
+        result.status,
+        result.reason,
+        result.step,
+        samples=trainer.samples if trainer else 0,
+        elapsed_s=round(time.perf_counter() - started, 3),
+        mean_samples_per_s=result.samples_per_s,
+        val_acc=result.val_acc,
+        val_loss=result.val_loss,
+    )
+
+
+def mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None

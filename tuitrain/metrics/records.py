@@ -1,0 +1,170 @@
+"""The metric contract in code: record builders, the train record's fields, and the verdicts
+that the engine and the UI share. No torch, no Textual: the UI, `watch` and the engine all
+import it.
+
+Every record is one JSON object, `"type"` first: `header`, `train`, `eval`, `event`, `end`.
+A field that does not apply is None (null), never a fake number. README.md ("The metric
+contract") says what each field means.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+Record = Mapping[str, Any]
+
+# --------------------------------------------------------------------------- train records
+
+# What one train record holds, in order (under DDP `rank_step_time_s` and `rank_busy_s` follow;
+# one process has `rank_step_time_s` only).
+TELEMETRY_FIELDS = (
+    "mem_alloc_bytes",
+    "mem_reserved_bytes",
+    "mem_peak_bytes",
+    "host_rss_bytes",
+    "gpu_util_pct",
+    "gpu_mem_used_bytes",
+)
+TRAIN_FIELDS = (
+    "type",
+    "step",
+    "epoch",
+    "samples",
+    "loss",
+    "lr",
+    "samples_per_s",
+    "step_time_s",
+    "data_wait_s",
+    "data_wait_frac",
+    *TELEMETRY_FIELDS,
+    "grad_scale",
+    "skipped_steps",
+    "grad_norm",
+)
+# How DDP merges each rank's figure into rank 0's record (one all-gather per log point):
+# `busy_s` (this rank's data wait + forward per step) becomes the per-rank list `rank_busy_s`,
+# `step_time_s` also the per-rank list `rank_step_time_s`.
+RANK_MERGE: dict[str, str] = {
+    "samples_per_s": "sum",
+    "loss": "mean",
+    "step_time_s": "max",
+    "data_wait_frac": "max",
+    "host_rss_bytes": "max",
+    "mem_peak_bytes": "max",
+    "mem_alloc_bytes": "max",
+    "mem_reserved_bytes": "max",
+    "busy_s": "per-rank",
+}
+
+
+def train_record(
+    *,
+    step: int,
+    epoch: float,
+    samples: int,
+    loss: float | None,
+    lr: float,
+    samples_per_s: float,
+    step_time_s: float,
+    data_wait_s: float,
+    data_wait_frac: float,
+    telemetry: Mapping[str, int | float | None],
+    grad_scale: float | None,
+    skipped_steps: int | None,
+    grad_norm: float | None,
+) -> dict[str, Any]:
+    """A train record with every field of TRAIN_FIELDS, in that order."""
+    unknown = set(telemetry) - set(TELEMETRY_FIELDS)
+    if unknown:
+        raise ValueError(f"telemetry fields outside the contract: {sorted(unknown)}")
+    return {
+        "type": "train",
+        "step": step,
+        "epoch": round(epoch, 4),
+        "samples": samples,
+        "loss": loss if loss is not None and math.isfinite(loss) else None,
+        "lr": lr,
+        "samples_per_s": samples_per_s,
+        "step_time_s": step_time_s,
+        "data_wait_s": data_wait_s,
+        "data_wait_frac": data_wait_frac,
+        **{name: telemetry.get(name) for name in TELEMETRY_FIELDS},
+        "grad_scale": grad_scale,
+        "skipped_steps": skipped_steps,
+        "grad_norm": grad_norm,
+    }
+
+
+# --------------------------------------------------------------------------- events, end
+
+
+def event_record(
+    message: str, level: str = "info", kind: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    """An `event` record: `level` info/warning/error, a `kind` tools can filter on."""
+    return {"type": "event", "level": level, "message": message, "kind": kind, **extra}
+
+
+def end_record(status: str, reason: str, step: int, **totals: Any) -> dict[str, Any]:
+    """The `end` record: completed/stopped/failed, why, the last step, and totals."""
+    return {"type": "end", "status": status, "reason": reason, "step": step, **totals}
+
+
+# --------------------------------------------------------------------------- verdicts
+
+WARN_DATA_WAIT = 0.10
+INPUT_BOUND_DATA_WAIT = 0.20
+SCALE_FLOOR = 1.0  # an fp16 scale below this means gradients overflow again and again
+STRAGGLER_FACTOR = 1.2  # the slowest rank's step time above this x the median: a straggler
+
+
+def data_wait_verdict(
+    frac: float | None, data: Mapping[str, Any] | None = None, device: str | None = None
+) -> tuple[str, str]:
+    """(verdict, hint) for a data-wait share: ok, warning above 10%, input-bound above 20%;
+    the hint fits the run's loader (`data`: the run's data config) where it is known."""
+    if frac is None or not math.isfinite(frac):
+        return "unknown", ""
+    if frac > INPUT_BOUND_DATA_WAIT:
+        verdict = "input-bound"
+        generic = (
+            "the loop waits for data: use data.loader='device' when the set fits on the "
+            "device, else raise data.num_workers and keep data.pin_memory=true"
+        )
+    elif frac > WARN_DATA_WAIT:
+        verdict = "warning"
+        generic = "data loading is visible: raise data.num_workers or use data.loader='device'"
+    else:
+        return "ok", ""
+    return verdict, loader_hint(data or {}, device) or generic
+
+
+def loader_hint(data: Mapping[str, Any], device: str | None) -> str:
+    """The fix for a data wait that fits this loader: workers, pinned memory or the device."""
+    if not data:
+        return ""
+    if data.get("loader") == "device":
+        return (
+            "the data already lives on the device; the wait is batch indexing: "
+            "raise data.batch_size or check for another process using the device"
+        )
+    tips = []
+    workers = data.get("num_workers")
+    tips.append(f"raise data.num_workers (now {workers})" if workers is not None else "")
+    if str(device or "").startswith("cuda") and not data.get("pin_memory", True):
+        tips.append("set data.pin_memory=true")
+    tips.append("use data.loader='device' if the set fits in device memory")
+    return "; ".join(t for t in tips if t)
+
+
+def straggler(step_times: Sequence[float], factor: float = STRAGGLER_FACTOR) -> int | None:
+    """The slowest rank when its step time is above `factor` x the median, else None."""
+    times = [t for t in step_times if t == t]  # NaN: a rank without a measurement
+    if len(times) < 2 or len(times) != len(step_times):
+        return None
+    median = statistics.median(times)
+    slowest = max(range(len(times)), key=times.__getitem__)
+    return slowest if times[slowest] > factor * median else None

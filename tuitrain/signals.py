@@ -1,0 +1,126 @@
+"""Stop signals, handled once for every way a run is hosted (no torch, no Textual here).
+
+SIGINT (130), SIGTERM (143) and SIGHUP (129) stop a run at the next step boundary with its
+state saved; a second one leaves at once, but never in the middle of a checkpoint or of the
+last record (`Control.critical`). SIGHUP is left alone when it is ignored (`nohup`): the run
+goes on after the SSH session. The dashboard takes the same signals through its event loop
+(`on_stop_signals(..., loop=...)`): there a signal quits the app the way `q` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from tuitrain.errors import EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM
+
+if TYPE_CHECKING:
+    from tuitrain.engine.control import Control
+
+SIGNAL_NAMES: dict[int, tuple[str, int]] = {
+    signal.SIGINT: ("SIGINT", EXIT_SIGINT),
+    signal.SIGTERM: ("SIGTERM", EXIT_SIGTERM),
+    signal.SIGHUP: ("SIGHUP", EXIT_SIGHUP),
+}
+EARLY_SIGNALS: list[int] = []  # stop signals that came before the run's handlers were in place
+
+
+def _ignored_hangup(signum: int) -> bool:
+    return signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN
+
+
+def defer_signals() -> None:
+    """Until the run installs its own handlers: note a stop signal instead of acting on it.
+
+    A KeyboardInterrupt raised while torch is importing can be swallowed by torch's C++
+    (NumPy's initialisation, pybind11's exec), leaving numpy half-imported ("module 'numpy'
+    has no attribute 'multiply'" at the first step) or making CPython re-raise SIGINT at exit.
+    The run reads EARLY_SIGNALS once its imports are done.
+    """
+
+    def note(signum: int, _frame: object) -> None:
+        EARLY_SIGNALS.append(signum)
+
+    for signum in SIGNAL_NAMES:
+        if not _ignored_hangup(signum):
+            signal.signal(signum, note)
+
+
+def early_signal(pop: bool = False) -> tuple[str, int] | None:
+    """(name, exit code) of the first stop signal noted by `defer_signals`, or None."""
+    if not EARLY_SIGNALS:
+        return None
+    signum = EARLY_SIGNALS.pop(0) if pop else EARLY_SIGNALS[0]
+    return SIGNAL_NAMES[signum]
+
+
+def on_stop_signals(
+    callback: Callable[[str, int], None],
+    signums: Iterable[int] = tuple(SIGNAL_NAMES),
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> Callable[[], None]:
+    """Call `callback(name, exit_code)` on each stop signal in `signums` (an ignored SIGHUP
+    stays ignored); through `loop` when given (the callback then runs in the event loop),
+    else as a plain handler. Returns the function that puts the previous handlers back. Off
+    the main thread nothing can be installed and nothing is."""
+    wanted = [s for s in signums if not _ignored_hangup(s)]
+    if loop is not None:
+        installed = []
+        for signum in wanted:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signum, callback, *SIGNAL_NAMES[signum])
+                installed.append(signum)
+
+        def remove_loop_handlers() -> None:
+            for signum in installed:
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.remove_signal_handler(signum)
+
+        return remove_loop_handlers
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum: int, _frame: object) -> None:
+        callback(*SIGNAL_NAMES[signum])
+
+    previous = {signum: signal.signal(signum, handler) for signum in wanted}
+
+    def restore() -> None:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+    return restore
+
+
+def stop_run_on_signals(
+    control: Control,
+    *,
+    prog: str = "tuitrain",
+    verb: str = "stopped",
+    signums: Iterable[int] = tuple(SIGNAL_NAMES),
+) -> Callable[[], None]:
+    """A stop signal stops the run at the next step boundary (reason "<verb> by SIG…", the
+    signal's exit code); a second one leaves at once (SystemExit with that code), or once the
+    critical section it fell into is done; after the run's end it is ignored."""
+
+    def on_signal(name: str, code: int) -> None:
+        if control.stop_requested:  # a second Ctrl-C: leave now (or once a save is written)
+            if control.state in ("completed", "stopped", "failed"):
+                return  # the run is over and the process on its way out: nothing to cut
+            if control.in_critical:
+                control.leave_code = code
+                return
+            raise SystemExit(code)
+        control.request_stop(f"{verb} by {name}", exit_code=code)
+        # SIGHUP: the terminal is gone and this print fails with EIO; raised here, in the
+        # middle of a step, it would fail the run instead of stopping it.
+        doing = "cancelling" if verb == "cancelled" else "stopping after the current step"
+        with contextlib.suppress(OSError, ValueError):
+            print(f"{prog}: {name} received, {doing}", file=sys.stderr, flush=True)
+
+    return on_stop_signals(on_signal, signums)
