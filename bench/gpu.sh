@@ -6,6 +6,7 @@
 #                                              # under 8 minutes, cold imports and compiles in
 #   bash bench/gpu.sh --allow-cpu [budget_s]   # the same plumbing on a CPU, tiny sizes
 #
+# PYTHON=/path/to/python picks the interpreter (default: python3, else python).
 # Works from a bare copy of the tree: torch must be installed (nothing here reaches the
 # network), tuitrain need not be and pip need not exist. The tree goes first on PYTHONPATH,
 # so every child imports this tree's tuitrain, installed or not. Exits non-zero when no run

@@ -129,7 +129,7 @@ def test_gpu_sh_without_cuda_says_so(tmp_path: Path) -> None:
         ["bash", str(ROOT / "bench" / "gpu.sh"), "60"],
         capture_output=True,
         text=True,
-        env={**os.environ, "OUT": str(tmp_path)},
+        env={**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable},  # CI: no activate
         timeout=120,
     )
     assert proc.returncode == 2

@@ -17,6 +17,7 @@ from tuitrain.config import load_preset
 from tuitrain.engine.precision import make_precision
 from tuitrain.host import RunHost
 from tuitrain.metrics.store import MetricStore
+from tuitrain.signals import SIGNAL_NAMES
 from tuitrain.ui.app import TEXT_INTERVAL_S, TuitrainApp
 from tuitrain.ui.screens.help import HelpScreen
 from tuitrain.ui.screens.presets import PresetScreen
@@ -191,7 +192,7 @@ async def test_sigterm_stops_the_run_cleanly(ui_overrides: Callable[..., list[st
         host = app.host
         assert host is not None
         await wait_for(pilot, lambda: latest_step(app) >= 2, what="step 2")
-        app.on_stop_signal(signal.SIGTERM)  # what the loop's signal handler calls
+        app.on_stop_signal(*SIGNAL_NAMES[signal.SIGTERM])  # what the loop's handler calls
         await wait_for(pilot, lambda: not app.is_running, what="the exit")
     assert app.return_value == 143
     assert host.join(5)
