@@ -9,7 +9,6 @@ goes on after the SSH session. The dashboard takes the same signals through its 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 import sys
@@ -20,6 +19,8 @@ from typing import TYPE_CHECKING
 from tuitrain.errors import EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM
 
 if TYPE_CHECKING:
+    import asyncio  # 30 ms to import: only the app's event loop needs it, and has it
+
     from tuitrain.engine.control import Control
 
 SIGNAL_NAMES: dict[int, tuple[str, int]] = {
