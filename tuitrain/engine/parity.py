@@ -28,7 +28,7 @@ from typing import Any, Literal, cast
 
 from tuitrain.config import Config
 from tuitrain.engine.control import Control
-from tuitrain.engine.device import resolve_device
+from tuitrain.engine.device import device_name, resolve_device
 from tuitrain.engine.parity_report import (
     EARLY_STEPS,
     EARLY_WARN_REL_DIFF,
@@ -60,10 +60,12 @@ def resolve_mixed(cfg: Config, mixed: str | None = None) -> MixedPrecision:
     wanted = mixed or (cfg.train.precision if cfg.train.precision in MIXED_CHOICES else "auto")
     name = resolve_precision(wanted, device)
     if name not in MIXED_CHOICES:
+        where = device_name(device) if device.type == "cpu" else device.type
+        uses = "fp32 ('auto' here)" if cfg.train.precision == "auto" else cfg.train.precision
         raise UserError(
-            f"no mixed precision to compare on this {device.type}: preset {cfg.name} uses "
-            f"{cfg.train.precision!r} and bf16 is not supported here; pass --mixed fp16 "
-            "(emulated and slow on a CPU) or run on a GPU."
+            f"no native mixed precision on this {where}: preset {cfg.name} runs {uses}, and "
+            "bf16 or fp16 would be emulated (slow); compare anyway with --mixed bf16 (in the "
+            "dashboard: a bf16 preset, key p), or run on a GPU."
         )
     return cast(MixedPrecision, name)  # one of MIXED_CHOICES, checked just above
 
