@@ -18,13 +18,27 @@ from tuitrain.errors import EXIT_SIGINT, EXIT_USAGE, UserError
 from tuitrain.launch import resume_config, run_headless
 from tuitrain.signals import defer_signals
 
-EXIT_CODES_HELP = """exit codes:
+ENVIRONMENT_HELP = """environment:
+  TUITRAIN_DATA        folder with Fashion-MNIST's IDX files (after --data-dir)
+  TUITRAIN_NO_DOWNLOAD 1: never download Fashion-MNIST (offline machines, CI)
+  XDG_CONFIG_HOME      user presets in $XDG_CONFIG_HOME/tuitrain/presets (~/.config)
+  XDG_CACHE_HOME       downloaded data in $XDG_CACHE_HOME/tuitrain (~/.cache)
+  TERM                 dumb (or a terminal the UI cannot drive): line logs, as --no-ui
+  CUDA_VISIBLE_DEVICES the GPUs torch sees; --nproc needs one per rank
+  WORLD_SIZE, RANK, LOCAL_RANK  set by torchrun: this process is one rank of a DDP job
+
+"""
+
+EXIT_CODES_HELP = (
+    ENVIRONMENT_HELP
+    + """exit codes:
   0    completed            1    training failed (NaN loss, out of memory, a bug)
   2    usage, preset, data or checkpoint error
   3    tuitrain parity: FAIL (mixed precision lost more than 0.5 point)
   129  stopped by SIGHUP (the terminal went away)
   130  stopped by SIGINT (Ctrl-C)    143  stopped by SIGTERM
 """
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tuitrain",
         description="A terminal training monitor that hosts a real PyTorch run.\n"
         "Also: `tuitrain parity --help` (fp32-vs-mixed check), "
-        "`tuitrain watch --help` (attach to a run dir).",
+        "`tuitrain watch --help` (attach to a run dir), "
+        "`tuitrain export --help` (CSV, TensorBoard).",
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -65,8 +80,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, help="epochs to train")
     p.add_argument("--run-dir", help="run directory (default runs/<preset>-<timestamp>)")
     p.add_argument("--data-dir", help="folder with Fashion-MNIST's IDX files")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"])
-    p.add_argument("--precision", choices=["auto", "fp32", "fp16", "bf16"])
+    p.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda", "mps"],
+        help="where to train (default auto: cuda, then mps, then cpu)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "fp16", "bf16"],
+        help="auto = bf16 where native (Ampere+ GPUs, CPUs with AVX512-BF16/AMX), else fp16 "
+        "with a GradScaler on CUDA, else fp32",
+    )
     p.add_argument(
         "--compile",
         dest="compile",
@@ -75,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch.compile the model (default: on for CUDA)",
     )
     p.add_argument("--log-every", type=int, help="optimizer steps between log points")
-    p.add_argument("--seed", type=int)
+    p.add_argument("--seed", type=int, help="seed for weights, batch order and dropout")
     p.add_argument("--profile-steps", type=int, help="profile N steps with torch.profiler")
     p.add_argument(
         "--nproc",
@@ -128,6 +152,15 @@ def list_presets() -> int:
 
 def has_tty() -> bool:
     return sys.stdin.isatty() and sys.stderr.isatty() and sys.stdout.isatty()
+
+
+def drivable_terminal() -> str | None:
+    """None when the dashboard can draw here, else why not (TERM=dumb, unset, or unknown to
+    the terminfo database: Textual would write escape codes the terminal shows as text)."""
+    term = os.environ.get("TERM", "")
+    if term in ("", "dumb", "unknown"):
+        return f"TERM={term or '(unset)'} cannot draw the dashboard"
+    return None
 
 
 def run_ui(cfg: Config, overrides: list[str]) -> int:
@@ -187,6 +220,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         from tuitrain.parity_cli import main as parity_main
 
         return parity_main(argv[1:])
+    if argv[:1] == ["export"]:
+        from tuitrain.export import main as export_main
+
+        return export_main(argv[1:])
     if argv[:1] == ["watch"]:
         from tuitrain.watch import main as watch_main
 
@@ -213,6 +250,13 @@ def _main(argv: Sequence[str] | None = None) -> int:
             print(
                 "tuitrain: no terminal (stdin/stdout/stderr not a TTY): running headless; "
                 "pass --no-ui to silence this line.",
+                file=sys.stderr,
+            )
+            return run_headless(cfg)
+        if why := drivable_terminal():
+            print(
+                f"tuitrain: {why}: running headless (line logs); pass --no-ui to silence this "
+                "line, or set TERM (e.g. xterm-256color) for the dashboard.",
                 file=sys.stderr,
             )
             return run_headless(cfg)

@@ -112,6 +112,9 @@ class TrainConfig:
 @dataclass(kw_only=True, slots=True)
 class RunConfig:
     run_dir: str = _f("", "Run directory; empty = runs/<preset>-<timestamp>.")
+    tensorboard: bool = _f(
+        False, "Also write TensorBoard event files to RUN_DIR/tensorboard (needs tensorboard)."
+    )
 
 
 @dataclass(kw_only=True, slots=True)

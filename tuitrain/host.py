@@ -208,6 +208,10 @@ class RunHost:
             if self.store is not None:
                 sinks.append(TimelineStoreSink(self.store))
             sinks += self.outputs(self, log) if self.is_main else [ConsoleSink(log, log)]
+            if self.is_main and self.cfg.run.tensorboard:
+                from tuitrain.export import TensorBoardSink
+
+                sinks.append(TensorBoardSink(run_dir / "tensorboard"))
             sink: Sink = FanOutSink(*sinks)
             if self.notes:
                 sink = _NotesAfterFirst(sink, self.notes)

@@ -149,6 +149,13 @@ def check_terminal() -> None:
             'serve it to a browser with textual serve --command "tuitrain watch RUN_DIR", '
             "or read RUN_DIR/metrics.jsonl directly."
         )
+    term = os.environ.get("TERM", "")
+    if term in ("", "dumb", "unknown"):
+        raise WatchError(
+            f"the viewer cannot draw on TERM={term or '(unset)'}; set TERM (e.g. "
+            "xterm-256color) in a real terminal, or read RUN_DIR/metrics.jsonl directly "
+            "(tuitrain export RUN_DIR --format csv)."
+        )
 
 
 def has_run_files(folder: Path) -> bool:

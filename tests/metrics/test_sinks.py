@@ -278,3 +278,18 @@ def test_console_gone_silences_the_sink_not_the_run() -> None:
     sink.flush()
     sink.close()
     assert len(attempts) == 1  # after the first failure the sink stops trying
+
+
+def test_headless_train_lines_say_step_of_total_and_eta() -> None:
+    """Like the dashboard's progress bar: step/total, and the ETA from the median of the last
+    five step times (a slow interval does not swing it)."""
+    out = io.StringIO()
+    sink = ConsoleSink(out=out, err=io.StringIO())
+    sink.write({**HEADER, "total_steps": 600})
+    for step, step_time in ((100, 0.5), (110, 0.5), (120, 5.0)):
+        sink.write({**TRAIN, "step": step, "step_time_s": step_time})
+    lines = out.getvalue().splitlines()[1:]
+    assert lines[0].startswith("step   100/600 |") and lines[0].endswith("| ETA 4:10")
+    assert lines[2].startswith("step   120/600 |")
+    assert lines[2].endswith("| ETA 4:00")  # median 0.5 s x 480 steps, not 5 s x 480
+    assert format_train_line(TRAIN).startswith("step   120 |")  # no header: no total

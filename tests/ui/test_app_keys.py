@@ -34,6 +34,11 @@ async def test_help_lists_every_binding() -> None:
             assert app.get_key_display(binding) in text
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
+        for key in ("h", "f1"):  # htop's and nvitop's help keys too
+            await pilot.press(key)
+            assert isinstance(app.screen, HelpScreen), key
+            await pilot.press("escape")
+            assert not isinstance(app.screen, HelpScreen)
 
 
 async def test_parity_key_opens_its_screen() -> None:

@@ -7,12 +7,12 @@ import math
 import pytest
 
 from tests.ui.fake_records import filled_store
+from tuitrain.metrics.format import format_duration
 from tuitrain.metrics.records import data_wait_verdict
 from tuitrain.metrics.store import MetricStore, Series
 from tuitrain.ui.view import (
     display_state,
     failure,
-    format_duration,
     last_overflow_step,
     no_scaler_reason,
     progress,

@@ -67,6 +67,16 @@ def _onoff(value: Any) -> str:
     return DASH if value is None else str(value)
 
 
+def format_duration(seconds: float | None) -> str:
+    """``75`` -> ``"1:15"``, ``3725`` -> ``"1:02:05"``, None -> ``"—"``."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return DASH
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
 def precision_label(rec: Record) -> str:
     """The header's precision as users should read it: "fp32 (TF32)" where fp32 matmuls and
     convolutions run as TF32 (Ampere+ GPUs with train.tf32), which is not full fp32."""
@@ -93,14 +103,17 @@ def format_header_line(rec: Record) -> str:
     return " | ".join(parts)
 
 
-def format_train_line(rec: Record) -> str:
+def format_train_line(rec: Record, total: int | None = None, eta_s: float | None = None) -> str:
     """``step   120 | epoch 0.51 | loss 0.5123 | lr 1.00e-03 | 12,345 samples/s | ...``.
 
-    Memory shows CUDA allocated (and peak) memory, or host RSS when the CUDA fields
-    are None; the loss scale is shown only when ``grad_scale`` is not None.
+    With `total` the step reads ``step   120/600``, and with `eta_s` the line ends with
+    ``ETA 1:15`` (the dashboard's progress bar, in a log). Memory shows CUDA allocated (and
+    peak) memory, or host RSS when the CUDA fields are None; the loss scale is shown only
+    when ``grad_scale`` is not None.
     """
     step = rec.get("step")
-    parts = [f"step {step if step is not None else DASH:>5}"]
+    of = f"/{total}" if total else ""
+    parts = [f"step {step if step is not None else DASH:>5}{of}"]
     epoch = rec.get("epoch")
     if epoch is not None:
         parts.append(f"epoch {epoch:.2f}")
@@ -130,6 +143,8 @@ def format_train_line(rec: Record) -> str:
     skipped = rec.get("skipped_steps")
     if skipped:
         parts.append(f"skipped {skipped}")
+    if eta_s is not None:
+        parts.append(f"ETA {format_duration(eta_s)}")
     return " | ".join(parts)
 
 

@@ -11,14 +11,16 @@ import contextlib
 import itertools
 import json
 import math
+import statistics
 import sys
 import threading
+from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from tuitrain.metrics.format import format_record, is_error_record
+from tuitrain.metrics.format import format_record, format_train_line, is_error_record
 from tuitrain.metrics.records import Record
 from tuitrain.metrics.store import MetricStore
 
@@ -235,9 +237,18 @@ class ConsoleSink(Sink):
         self._err = err
         self._lock = threading.Lock()
         self._closed = False
+        self._total: int | None = None  # the header's total_steps: train lines say step/total
+        self._step_times: deque[float] = deque(maxlen=5)  # the ETA, as the dashboard's
 
     def write(self, record: Record) -> None:
-        line = format_record(record)
+        kind = record.get("type")
+        if kind == "header":
+            self._total = record.get("total_steps") or None
+            self._step_times.clear()
+        if kind == "train":
+            line: str | None = self.train_line(record)
+        else:
+            line = format_record(record)
         if line is None:
             return
         to_err = is_error_record(record)
@@ -250,6 +261,16 @@ class ConsoleSink(Sink):
                 stream.flush()
             except (OSError, ValueError):  # ValueError: the stream was closed
                 self._closed = True
+
+    def train_line(self, record: Record) -> str:
+        """The train line with step/total and the ETA from the median of recent step times."""
+        step_time, step = record.get("step_time_s"), record.get("step")
+        if isinstance(step_time, (int, float)) and math.isfinite(step_time):
+            self._step_times.append(float(step_time))
+        eta = None
+        if self._total and isinstance(step, int) and self._step_times:
+            eta = max(0, self._total - step) * statistics.median(self._step_times)
+        return format_train_line(record, self._total, eta)
 
     def flush(self) -> None:
         with self._lock:

@@ -31,6 +31,7 @@ from tuitrain.config import Config, describe_presets
 from tuitrain.engine.rundir import prepare_run_dir
 from tuitrain.errors import EXIT_SIGINT
 from tuitrain.host import RunHost
+from tuitrain.metrics.format import format_duration
 from tuitrain.metrics.store import MetricStore
 from tuitrain.stdio import native_stderr_to, say
 from tuitrain.ui.screens.help import HelpScreen
@@ -43,7 +44,6 @@ from tuitrain.ui.view import (
     TEXT_INTERVAL_S,
     Frame,
     failure,
-    format_duration,
     quiet_seconds,
     silence,
 )
@@ -82,6 +82,7 @@ class TuitrainApp(SessionApp):
         Binding("s", "checkpoint", "Checkpoint", tooltip="Save a checkpoint after this step"),
         Binding("f", "profile", "Profile", tooltip=f"Profile the next {PROFILE_STEPS} steps"),
         Binding("question_mark", "help", "Help", tooltip="This list of keys"),
+        Binding("h,f1", "help", "Help", show=False, tooltip="This list of keys"),
         Binding("ctrl+p", "command_palette", "Commands", show=False, tooltip="Command palette"),
         Binding("q", "quit", "Quit", tooltip=QUIT_TIP),
         Binding("ctrl+q", "quit", "Quit", show=False, priority=True, tooltip=QUIT_TIP),

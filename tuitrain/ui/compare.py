@@ -200,6 +200,7 @@ class CompareApp(App[int]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     BINDINGS = [
         Binding("question_mark", "help", "Help", tooltip="These keys and what the columns mean"),
+        Binding("h,f1", "help", "Help", show=False, tooltip="These keys and what the columns mean"),
         Binding("q", "quit", "Quit", tooltip="Close the viewer (the runs are not touched)"),
         Binding("ctrl+q", "quit", "Quit", show=False, priority=True, tooltip="Close the viewer"),
     ]

@@ -29,16 +29,6 @@ PLOT_INTERVAL_S = 1.0  # charts at 1 Hz
 
 
 # ------------------------------------------------------------------------------ numbers
-def format_duration(seconds: float | None) -> str:
-    """``75`` -> ``"1:15"``, ``3725`` -> ``"1:02:05"``, None -> ``"—"``."""
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        return DASH
-    s = int(round(seconds))
-    h, rem = divmod(s, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
 def format_rate(value: float | None) -> str:
     """Samples per second with thousands separators, or a dash."""
     if value is None or not math.isfinite(value):

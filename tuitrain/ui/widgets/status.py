@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
-from tuitrain.metrics.format import DASH, format_number, precision_label
+from tuitrain.metrics.format import DASH, format_duration, format_number, precision_label
 from tuitrain.ui.view import (
     Frame,
     display_state,
-    format_duration,
     progress,
     progress_bar,
 )
