@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -17,6 +18,17 @@ from tuitrain.engine import telemetry as telemetry_mod
 from tuitrain.engine.device import check_nproc, resolve_device, unusable_gpu
 from tuitrain.errors import UserError
 from tuitrain.metrics.format import format_header_line, precision_label
+from tuitrain.metrics.sinks import NullSink
+
+
+class Keep(NullSink):
+    """Keeps every record the engine writes, in order."""
+
+    def __init__(self, records: list[dict]) -> None:
+        self.records = records
+
+    def write(self, record: Any) -> None:
+        self.records.append(dict(record))
 
 
 @pytest.fixture
@@ -88,21 +100,13 @@ def test_auto_run_beside_an_unusable_gpu_warns(monkeypatch: pytest.MonkeyPatch, 
     )
     records: list[dict] = []
 
-    class Keep:
-        def write(self, record: dict) -> None:
-            records.append(dict(record))
-
-        def flush(self) -> None: ...
-
-        def close(self) -> None: ...
-
-    result = run(tiny_config("train.max_steps=2", 'train.device="auto"'), Keep())  # type: ignore[arg-type]
+    result = run(tiny_config("train.max_steps=2", 'train.device="auto"'), Keep(records))
     assert result.status == "completed"
     warned = [r for r in records if r.get("kind") == "device"]
     assert len(warned) == 1 and warned[0]["level"] == "warning"
     assert "training runs on the CPU" in warned[0]["message"]
     records.clear()
-    run(tiny_config("train.max_steps=2", 'train.device="cpu"'), Keep())  # type: ignore[arg-type]
+    run(tiny_config("train.max_steps=2", 'train.device="cpu"'), Keep(records))
     assert not [r for r in records if r.get("kind") == "device"]  # asked for the CPU: no noise
 
 
@@ -120,15 +124,7 @@ def test_header_records_tf32_false_on_cpu(tiny_config) -> None:
 
     records: list[dict] = []
 
-    class Keep:
-        def write(self, record: dict) -> None:
-            records.append(dict(record))
-
-        def flush(self) -> None: ...
-
-        def close(self) -> None: ...
-
-    run(tiny_config("train.max_steps=1", 'train.device="cpu"'), Keep())  # type: ignore[arg-type]
+    run(tiny_config("train.max_steps=1", 'train.device="cpu"'), Keep(records))
     assert records[0]["type"] == "header" and records[0]["tf32"] is False
 
 
