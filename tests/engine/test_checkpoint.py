@@ -362,3 +362,43 @@ def test_resume_past_the_end_says_there_is_nothing_to_train(tiny_config, tmp_pat
     assert result.status == "completed" and result.step == 4
     said = [e for e in events if e.get("kind") == "resume_done"]
     assert len(said) == 1 and "at step 4 and this run ends at step 2" in said[0]["message"]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):  # noqa: ANN201 - yields a Path
+    """A real 14 MiB filesystem (tmpfs): one checkpoint of the mini preset (~10 MB with AdamW's
+    state) fits, the next one fills it midway. Mounting needs root, which CI has."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=14m", "tmpfs", str(mount)])
+    assert done.returncode == 0, "mount -t tmpfs failed"
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_disk_that_fills_during_a_save_is_an_event_not_a_failed_run(
+    tiny_config, small_disk: Path
+) -> None:
+    """Not simulated: torch's zip writer on a full filesystem raises RuntimeError ("unexpected
+    pos"), which used to end the run "looks like a bug", exit 1."""
+    events: list[dict] = []
+
+    class Capture(NullSink):
+        def write(self, record: dict) -> None:
+            events.append(record)
+
+    cfg = tiny_config("train.max_steps=6", "checkpoint.every_steps=2", "checkpoint.keep=3")
+    result = run(cfg, Capture(), run_dir=small_disk)
+    assert result.status == "completed" and result.exit_code == 0, result.reason
+    saved = [e for e in events if e.get("kind") == "checkpoint"]
+    failed = [e for e in events if e.get("kind") == "checkpoint_failed"]
+    assert saved and failed, [e.get("message") for e in events if e["type"] == "event"]
+    assert "No space left on device" in failed[0]["message"]
+    folder = small_disk / "checkpoints"
+    first = Path(saved[0]["path"])
+    assert first.is_file() and load_checkpoint(first)["step"] == saved[0]["step"]  # intact
+    assert not list(folder.glob(".ckpt-*"))  # no temp file left behind

@@ -9,10 +9,12 @@ refused, never retried with `weights_only=False`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pickle
 import random
 import re
+import shutil
 import zipfile
 from pathlib import Path
 from typing import Any, cast
@@ -27,6 +29,7 @@ LATEST = "latest"
 _NAME = re.compile(r"^ckpt-step(\d{8})\.pt$")
 _RANK_NAME = re.compile(r"^ckpt-step(\d{8})\.rank(\d+)\.pt$")  # another DDP rank's own state
 _MAIN_TMP = re.compile(r"^\.ckpt-step\d{8}\.pt\.tmp-(\d+)$")  # rank 0's temp files only
+FULL_DISK_BYTES = 64 * 2**20  # a failed write with less free than this: the disk is full
 
 
 class CheckpointError(UserError):
@@ -95,11 +98,27 @@ def _write_atomic(path: Path, write: Any) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except RuntimeError as exc:
+        # torch's zip writer turns a failed write (ENOSPC midway) into a RuntimeError
+        # ("unexpected pos"): a failed save, like any OSError, never a bug that ends the run
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise write_failure(path, exc) from exc
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
     _fsync_dir(path.parent)
+
+
+def write_failure(path: Path, exc: RuntimeError) -> OSError:
+    """The OSError to report for a writer's RuntimeError: ENOSPC when the disk is full."""
+    free = None
+    with contextlib.suppress(OSError):
+        free = shutil.disk_usage(path.parent).free
+    if free is not None and free < FULL_DISK_BYTES:
+        return OSError(errno.ENOSPC, f"No space left on device ({free:,} bytes free)")
+    return OSError(errno.EIO, f"torch.save failed: {str(exc).splitlines()[0][:200]}")
 
 
 def save_checkpoint(run_dir: Path, state: dict[str, Any], keep: int) -> Path:
