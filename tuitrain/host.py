@@ -33,7 +33,7 @@ from tuitrain.errors import EXIT_FAILED
 from tuitrain.metrics.records import Record, end_record, event_record
 from tuitrain.metrics.sinks import ConsoleSink, FanOutSink, JsonlSink, Sink, TimelineStoreSink
 from tuitrain.metrics.store import MetricStore
-from tuitrain.signals import SIGNAL_NAMES, early_signal, stop_run_on_signals
+from tuitrain.signals import SIGNAL_NAMES, early_signal, stop_if_orphaned, stop_run_on_signals
 from tuitrain.stdio import native_stderr_to
 
 if TYPE_CHECKING:
@@ -314,12 +314,14 @@ def run_inline(
     torch imported becomes a stop at the first step: under DDP every rank must stop at the
     same step); the previous handlers come back afterwards."""
     restore = stop_run_on_signals(host.control, prog=prog, verb=verb, signums=signums)
+    unwatch = stop_if_orphaned(host.control)
     if early := early_signal(pop=True):
         name, code = early
         host.control.request_stop(f"{verb} by {name} before training started", exit_code=code)
     try:
         return host.run()
     finally:
+        unwatch()
         restore()
 
 

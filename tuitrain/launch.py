@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 from tuitrain import __version__
 from tuitrain.config import Config
 from tuitrain.errors import EXIT_FAILED, EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM, UserError
-from tuitrain.signals import defer_signals, early_signal
+from tuitrain.signals import LAUNCHER_ENV, SIGNAL_NAMES, defer_signals, early_signal
 
 if TYPE_CHECKING:
     from tuitrain.host import RunHost
@@ -123,8 +124,15 @@ def launch_nproc(nproc: int, argv: list[str], device: str = "auto") -> int:
     if nproc < 1:
         raise UserError(f"--nproc {nproc} must be at least 1.")
     check_nproc(nproc, device)
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    os.environ[LAUNCHER_ENV] = str(os.getpid())  # the ranks stop if this process goes away
     try:
         torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", "tuitrain", *argv])
+    except SignalException as exc:  # the launcher was signalled; torchrun passed it on
+        name, code = SIGNAL_NAMES.get(int(exc.sigval), ("a signal", EXIT_FAILED))
+        print(f"tuitrain: {name} received; the ranks stopped after saving.", file=sys.stderr)
+        return code
     except ChildFailedError as exc:
         codes = [f.exitcode for f in exc.failures.values()]
         for code in (EXIT_SIGTERM, EXIT_SIGINT, EXIT_SIGHUP, 2):

@@ -10,6 +10,7 @@ goes on after the SSH session. The dashboard takes the same signals through its 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -29,6 +30,8 @@ SIGNAL_NAMES: dict[int, tuple[str, int]] = {
     signal.SIGHUP: ("SIGHUP", EXIT_SIGHUP),
 }
 EARLY_SIGNALS: list[int] = []  # stop signals that came before the run's handlers were in place
+LAUNCHER_ENV = "TUITRAIN_LAUNCHER_PID"  # set by `tuitrain --nproc` for its ranks
+ORPHAN_POLL_S = 1.0
 
 
 def _ignored_hangup(signum: int) -> bool:
@@ -125,3 +128,25 @@ def stop_run_on_signals(
             print(f"{prog}: {name} received, {doing}", file=sys.stderr, flush=True)
 
     return on_stop_signals(on_signal, signums)
+
+
+def stop_if_orphaned(control: Control, poll_s: float = ORPHAN_POLL_S) -> Callable[[], None]:
+    """A rank started by `tuitrain --nproc` stops (and saves) when its launcher is gone (killed
+    with SIGKILL, so it could not pass a signal on) instead of training on as an orphan.
+    Returns the function that ends the watch; a no-op when not started by --nproc."""
+    launcher = os.environ.get(LAUNCHER_ENV, "")
+    if not launcher.isdigit() or os.getppid() != int(launcher):
+        return lambda: None
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(poll_s):
+            if os.getppid() != int(launcher):
+                control.request_stop(
+                    f"stopped: the launcher (tuitrain --nproc, pid {launcher}) is gone",
+                    exit_code=EXIT_SIGTERM,
+                )
+                return
+
+    threading.Thread(target=watch, name="tuitrain-orphan-watch", daemon=True).start()
+    return done.set

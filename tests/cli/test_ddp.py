@@ -220,3 +220,57 @@ def test_ddp_resume_is_bit_identical(tmp_path: Path) -> None:
     assert all(a[step] == b[step] for step in b), (a, b)
     assert records(straight)[-1]["weights_digest"] == records(resumed)[-1]["weights_digest"]
     assert "has no state of its own" not in (resumed / "rank-1.log").read_text()
+
+
+def start_launcher(run_dir: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "tuitrain", "--nproc", "2", *SMALL, "--epochs", "50"]
+    cmd += ["--run-dir", str(run_dir), "--set", "train.pace_s=0.1"]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env()
+    )
+
+
+def rank_pids(launcher: int) -> list[int]:
+    """The launcher's children: torchrun's agent runs in it and spawns the ranks."""
+    out = subprocess.run(["pgrep", "-P", str(launcher)], capture_output=True, text=True)
+    return [int(pid) for pid in out.stdout.split()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (dead, not yet reaped) counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigterm_to_the_nproc_launcher_exits_143_with_the_ranks_saved(tmp_path: Path) -> None:
+    launcher = start_launcher(tmp_path)
+    wait_for_step(launcher)
+    launcher.send_signal(signal.SIGTERM)
+    _, err = launcher.communicate(timeout=90)
+    assert launcher.returncode == 143, err[-2000:]
+    assert "Traceback" not in err and "SignalException" not in err
+    for log in ("train.log", "rank-1.log"):
+        line = end_line(tmp_path / log)
+        assert "stopped" in line and "SIGTERM" in line, (log, line)
+    assert list((tmp_path / "checkpoints").glob("ckpt-step*.pt"))  # saved on the way out
+
+
+def test_ranks_of_a_killed_launcher_stop_instead_of_training_on(tmp_path: Path) -> None:
+    launcher = start_launcher(tmp_path)
+    wait_for_step(launcher)
+    ranks = rank_pids(launcher.pid)
+    assert len(ranks) == 2, ranks
+    launcher.kill()  # SIGKILL: it cannot pass anything on
+    launcher.wait(timeout=10)
+    deadline = time.monotonic() + 60
+    while any(alive(pid) for pid in ranks) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not any(alive(pid) for pid in ranks), "ranks trained on as orphans"
+    for log in ("train.log", "rank-1.log"):
+        line = end_line(tmp_path / log)
+        assert "stopped" in line and "launcher" in line, (log, line)
