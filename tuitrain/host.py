@@ -34,7 +34,7 @@ from tuitrain.metrics.records import Record, end_record, event_record
 from tuitrain.metrics.sinks import ConsoleSink, FanOutSink, JsonlSink, Sink, TimelineStoreSink
 from tuitrain.metrics.store import MetricStore
 from tuitrain.signals import SIGNAL_NAMES, early_signal, stop_if_orphaned, stop_run_on_signals
-from tuitrain.stdio import native_stderr_to
+from tuitrain.stdio import native_stderr_to, open_log, write_quietly
 
 if TYPE_CHECKING:
     from tuitrain.engine.setup import DistInfo
@@ -203,7 +203,7 @@ class RunHost:
         run_dir = self.prepare()
         log_name = self.log_name if self.is_main else f"rank-{self.dist.rank}.log"  # type: ignore[union-attr]
         quiet = contextlib.nullcontext() if self.is_main else native_stderr_to(run_dir / log_name)
-        with quiet, open(run_dir / log_name, "a", encoding="utf-8") as log:
+        with quiet, open_log(run_dir / log_name) as log:
             sinks: list[Sink] = []
             if self.store is not None:
                 sinks.append(TimelineStoreSink(self.store))
@@ -218,7 +218,7 @@ class RunHost:
             try:
                 result = self.engine(self, sink)
                 if getattr(result, "traceback", ""):
-                    log.write(result.traceback)  # the log keeps every traceback
+                    write_quietly(log, result.traceback)  # the log keeps every traceback
             finally:
                 sink.close()
             self.result = result
@@ -227,7 +227,7 @@ class RunHost:
                     self.leader.after_run()
                 except Exception as exc:  # noqa: BLE001 - a lost rank: the run already said so
                     self.leader.released = True
-                    log.write(f"could not tell the other ranks what comes next: {exc}\n")
+                    write_quietly(log, f"could not tell the other ranks what comes next: {exc}\n")
         return result
 
     # -- in a thread ---------------------------------------------------------------------

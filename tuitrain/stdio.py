@@ -80,3 +80,21 @@ class TerminalOutput:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)  # fileno, isatty, encoding, ...
+
+
+@contextlib.contextmanager
+def open_log(path: Path) -> Iterator[IO[str]]:
+    """A run's log, appended to line by line. A disk that fills does not end the run here:
+    the console sink writing to it goes quiet on its own, and the close ignores the error."""
+    log = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed below
+    try:
+        yield log
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            log.close()
+
+
+def write_quietly(stream: IO[str], text: str) -> None:
+    """`stream.write(text)`, or nothing when the disk (or terminal) refuses it."""
+    with contextlib.suppress(OSError, ValueError):
+        stream.write(text)

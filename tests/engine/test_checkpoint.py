@@ -364,22 +364,6 @@ def test_resume_past_the_end_says_there_is_nothing_to_train(tiny_config, tmp_pat
     assert len(said) == 1 and "at step 4 and this run ends at step 2" in said[0]["message"]
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path):  # noqa: ANN201 - yields a Path
-    """A real 14 MiB filesystem (tmpfs): one checkpoint of the mini preset (~10 MB with AdamW's
-    state) fits, the next one fills it midway. Mounting needs root, which CI has."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=14m", "tmpfs", str(mount)])
-    assert done.returncode == 0, "mount -t tmpfs failed"
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
 def test_a_disk_that_fills_during_a_save_is_an_event_not_a_failed_run(
     tiny_config, small_disk: Path
 ) -> None:

@@ -8,9 +8,11 @@ tolerating a truncated last line (a run killed mid-write, or a file being tailed
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import json
 import math
+import os
 import statistics
 import sys
 import threading
@@ -166,41 +168,86 @@ def to_json_line(record: Record) -> str:
 class JsonlSink(Sink):
     """Appends one JSON object per line to ``path``, flushed after every record.
 
-    Append mode, so a resumed run continues the same file. Thread-safe; ``close()``
-    is idempotent and writes after it are ignored.
+    Append mode, so a resumed run continues the same file, always on a fresh line (a line
+    left half-written by a killed writer is ended first). A write that fails (a full disk)
+    is undone to the last whole record, said once on stderr, and ends this sink's writing,
+    not the run: the console and train.log keep the records, checkpoints carry on.
+    Thread-safe; ``close()`` is idempotent and writes after it are ignored.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._file: IO[str] | None = open(  # noqa: SIM115 - closed in close()
-            self.path, "a", encoding="utf-8", buffering=1
-        )
+        self.failed: str | None = None  # why writing stopped
+        # unbuffered: nothing left in a buffer to land after a failed write has been cut back
+        self._file: IO[bytes] | None = open(self.path, "ab", buffering=0)  # noqa: SIM115
+        self._good = self._file.tell()  # the size after the last whole record
+        if self._good and not self._ends_with_newline():
+            self._append(b"\n")
+
+    def _ends_with_newline(self) -> bool:
+        with open(self.path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) == b"\n"
 
     @property
     def closed(self) -> bool:
         """True once close() has run."""
         return self._file is None
 
+    def _append(self, data: bytes) -> None:
+        assert self._file is not None
+        view = memoryview(data)
+        try:
+            while view:  # a raw write may be short (a disk filling up): write the rest
+                written = self._file.write(view)
+                if not written:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                view = view[written:]
+        except OSError as exc:
+            self._give_up(exc)
+            return
+        self._good += len(data)
+
+    def _give_up(self, exc: OSError) -> None:
+        """Cut the file back to its last whole record and stop writing to it."""
+        file, self._file = self._file, None
+        self.failed = exc.strerror or str(exc)
+        with contextlib.suppress(OSError, ValueError):
+            os.ftruncate(file.fileno(), self._good)  # type: ignore[union-attr]
+        with contextlib.suppress(OSError, ValueError):
+            file.close()  # type: ignore[union-attr]
+        with contextlib.suppress(OSError, ValueError):
+            print(
+                f"tuitrain: {self.path} could not be written ({self.failed}); the records "
+                "after its last whole line are not in it (the console and train.log have "
+                "them), and the run goes on.",
+                file=sys.stderr,
+                flush=True,
+            )
+
     def write(self, record: Record) -> None:
-        line = to_json_line(record) + "\n"
+        line = (to_json_line(record) + "\n").encode("utf-8")
         with self._lock:
-            if self._file is None:
-                return
-            self._file.write(line)
-            self._file.flush()
+            if self._file is not None:
+                self._append(line)
 
     def flush(self) -> None:
         with self._lock:
             if self._file is not None:
-                self._file.flush()
+                try:
+                    self._file.flush()
+                except OSError as exc:
+                    self._give_up(exc)
 
     def close(self) -> None:
         with self._lock:
             if self._file is not None:
                 try:
                     self._file.close()
+                except OSError as exc:
+                    self._give_up(exc)
                 finally:
                     self._file = None
 
