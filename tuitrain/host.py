@@ -28,7 +28,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from tuitrain.config import Config
 from tuitrain.engine.control import Control
-from tuitrain.engine.rundir import prepare_run_dir, write_resolved_config
+from tuitrain.engine.rundir import RunDirLock, prepare_run_dir, write_resolved_config
 from tuitrain.errors import EXIT_FAILED
 from tuitrain.metrics.records import Record, end_record, event_record
 from tuitrain.metrics.sinks import ConsoleSink, FanOutSink, JsonlSink, Sink, TimelineStoreSink
@@ -166,6 +166,7 @@ class RunHost:
         self.thread: threading.Thread | None = None
         self.started_at: float | None = None
         self.ended = threading.Event()
+        self.lock: RunDirLock | None = None
 
     @property
     def is_main(self) -> bool:
@@ -183,11 +184,15 @@ class RunHost:
             if sent is None:
                 raise NoRun
             self.run_dir = Path(sent)
+            self.lock = RunDirLock(self.run_dir, main=False)
             return self.run_dir
         try:
             run_dir = prepare_run_dir(self.cfg, self.requested_run_dir)
+            self.lock = RunDirLock(run_dir)  # before anything is written in it
             write_resolved_config(run_dir, self.cfg)
         except BaseException:
+            if self.lock is not None:
+                self.lock.release()
             if self.leader is not None:
                 self.leader.send_run_dir(None)  # the other ranks exit instead of waiting
             raise
@@ -199,7 +204,14 @@ class RunHost:
     def run(self) -> Any:
         """Prepare, run the engine to its end, tell the other ranks; the engine's result.
         Other ranks log to rank-N.log, native stderr included (nothing scribbles over rank
-        0's UI), and write no metrics file."""
+        0's UI), and write no metrics file. The run dir is locked for the whole run."""
+        try:
+            return self._run()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+
+    def _run(self) -> Any:
         run_dir = self.prepare()
         log_name = self.log_name if self.is_main else f"rank-{self.dist.rank}.log"  # type: ignore[union-attr]
         quiet = contextlib.nullcontext() if self.is_main else native_stderr_to(run_dir / log_name)

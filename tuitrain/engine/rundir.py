@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from datetime import datetime
@@ -71,3 +72,66 @@ def sibling_run_dir(previous: Path | None, preset: str) -> Path | None:
             return path
         path = base.with_name(f"{base.name}-{n}")
     return path  # unreachable; keeps type checkers calm
+
+
+LOCK_NAME = ".tuitrain.lock"  # rank 0 (or the only process): exclusive, for the run's life
+RANKS_LOCK_NAME = ".tuitrain.ranks.lock"  # the other DDP ranks: shared, while they live
+
+
+class RunDirLock:
+    """One writer per run dir. Rank 0 holds an exclusive lock on RUN_DIR/.tuitrain.lock (its
+    pid inside, for the message) and checks that no rank of an earlier job still holds
+    .tuitrain.ranks.lock; the other ranks hold that one shared. flock locks go with the
+    process: a killed run leaves no stale lock behind."""
+
+    def __init__(self, run_dir: Path, main: bool = True) -> None:
+        self.run_dir = run_dir
+        self._files: list[Any] = []
+        if main:
+            self._take(LOCK_NAME, exclusive=True)
+            self._check_free(RANKS_LOCK_NAME)
+        else:
+            self._take(RANKS_LOCK_NAME, exclusive=False)
+
+    def _take(self, name: str, exclusive: bool) -> None:
+        import fcntl
+
+        path = self.run_dir / name
+        f = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release()
+        try:
+            fcntl.flock(f, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise UserError(
+                f"run dir {self.run_dir} is in use by a running tuitrain (pid {holder}); "
+                "stop that run first, or pass another --run-dir."
+            ) from exc
+        if exclusive:
+            f.seek(0)
+            f.truncate()
+            f.write(str(os.getpid()))
+            f.flush()
+        self._files.append(f)
+
+    def _check_free(self, name: str) -> None:
+        """An exclusive lock on `name` taken and given back at once: no rank holds it."""
+        import fcntl
+
+        with open(self.run_dir / name, "a+", encoding="utf-8") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as exc:
+                self.release()
+                raise UserError(
+                    f"run dir {self.run_dir} is in use by ranks of an earlier DDP job that "
+                    "still run; stop them first (pkill -f 'tuitrain'), or pass another --run-dir."
+                ) from exc
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+    def release(self) -> None:
+        for f in self._files:
+            with contextlib.suppress(OSError, ValueError):
+                f.close()
+        self._files.clear()
