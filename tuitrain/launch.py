@@ -37,7 +37,10 @@ def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Confi
             raise UserError(
                 "--resume auto needs --run-dir: the run whose newest checkpoint to use."
             )
-        path = find_latest(Path(args.run_dir))
+        skipped: list[str] = []
+        path = find_latest(Path(args.run_dir), skipped)
+        for line in skipped:  # a corrupt newest checkpoint is named, not silently passed over
+            print(f"tuitrain: --resume auto {line}", file=sys.stderr)
     else:
         path = Path(args.resume)
     state = load_checkpoint(path)

@@ -386,3 +386,34 @@ def test_a_disk_that_fills_during_a_save_is_an_event_not_a_failed_run(
     first = Path(saved[0]["path"])
     assert first.is_file() and load_checkpoint(first)["step"] == saved[0]["step"]  # intact
     assert not list(folder.glob(".ckpt-*"))  # no temp file left behind
+
+
+def test_retention_after_resuming_from_an_earlier_checkpoint(tmp_path: Path) -> None:
+    """A run reached step 6 (keep 3: ckpt 4, 5, 6); resumed from 4 with keep 1, it saves 5:
+    retention used to keep the highest name (6, the abandoned future) and delete 5, the one
+    just saved, leaving `latest` on a deleted file."""
+    for step in range(1, 7):
+        save_checkpoint(tmp_path, {"model": {"w": torch.full((2,), float(step))}, "step": step}, 3)
+    folder = tmp_path / "checkpoints"
+    steps = [int(p.name[9:17]) for p in sorted(folder.glob("ckpt-*.pt"))]
+    assert steps == [4, 5, 6]
+    resumed = {"model": {"w": torch.full((2,), 50.0)}, "step": 5}  # the new line's step 5
+    save_checkpoint(tmp_path, resumed, keep=1)
+    names = sorted(p.name for p in folder.glob("ckpt-*.pt"))
+    assert names == ["ckpt-step00000005.pt", "ckpt-step00000006.pt"]  # 4 pruned, 6 untouched
+    assert (folder / "latest").read_text().strip() == "ckpt-step00000005.pt"
+    latest = find_latest(tmp_path)  # --resume auto and `latest` agree: the current line
+    assert latest.name == "ckpt-step00000005.pt"
+    assert torch.equal(load_checkpoint(latest)["model"]["w"], torch.full((2,), 50.0))
+
+
+def test_resume_auto_names_a_corrupt_newest_checkpoint(tmp_path: Path) -> None:
+    good = save_checkpoint(tmp_path, {"model": {"w": torch.ones(2)}, "step": 1}, keep=3)
+    bad = save_checkpoint(tmp_path, {"model": {"w": torch.ones(2)}, "step": 2}, keep=3)
+    bad.write_bytes(bad.read_bytes()[:40])  # cut: `latest` names a file that does not load
+    skipped: list[str] = []
+    assert find_latest(tmp_path, skipped) == good
+    assert len(skipped) == 1 and bad.name in skipped[0] and "corrupt" in skipped[0]
+    proc = tuitrain("--resume", "auto", "--run-dir", str(tmp_path), "--max-steps", "1")
+    said = [line for line in proc.stderr.splitlines() if bad.name in line]
+    assert len(said) == 1 and said[0].startswith("tuitrain: --resume auto skipped"), proc.stderr

@@ -128,7 +128,7 @@ def save_checkpoint(run_dir: Path, state: dict[str, Any], keep: int) -> Path:
     path = folder / checkpoint_name(int(state["step"]))
     _write_atomic(path, lambda f: torch.save(state, f))
     _write_atomic(folder / LATEST, lambda f: f.write(path.name.encode() + b"\n"))
-    prune(folder, keep)
+    prune(folder, keep, current=path)
     return path
 
 
@@ -161,15 +161,25 @@ def load_rank_state(checkpoint: Path, rank: int) -> dict[str, Any] | None:
         return None
 
 
-def prune(folder: Path, keep: int) -> None:
-    """Delete all but the newest `keep` complete checkpoints, and stale temp files (rank 0's
-    own kind only: another rank may be writing its state file right now)."""
+def prune(folder: Path, keep: int, current: Path | None = None) -> None:
+    """Keep `current` (the checkpoint just saved: the newest of this line of training) and
+    the `keep` - 1 newest before it; delete the older ones, and stale temp files (rank 0's
+    own kind only: another rank may be writing its state file right now). Checkpoints of a
+    later step than `current` belong to a future this run abandoned by resuming from an
+    earlier one: retention neither counts nor deletes them (`latest` says which is current).
+    """
     for stale in folder.glob(".ckpt-step*.tmp-*"):
         match = _MAIN_TMP.match(stale.name)
         if match and match.group(1) != str(os.getpid()):
             with contextlib.suppress(OSError):
                 stale.unlink()
-    for old in list_checkpoints(folder)[keep:]:
+    found = list_checkpoints(folder)
+    if current is not None:
+        older = [p for p in found if p.name < current.name]
+        doomed = older[max(keep - 1, 0) :]
+    else:
+        doomed = found[keep:]
+    for old in doomed:
         with contextlib.suppress(OSError):
             old.unlink()
 
@@ -216,14 +226,22 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return state
 
 
-def find_latest(run_dir: Path) -> Path:
-    """The newest checkpoint of `run_dir` that loads; truncated ones are skipped."""
+def find_latest(run_dir: Path, skipped: list[str] | None = None) -> Path:
+    """The checkpoint `--resume auto` takes: the one `latest` names (the newest of the line of
+    training that saved last), else the newest by step that loads. Each checkpoint passed
+    over because it does not load is appended to `skipped` as one line."""
     folder = checkpoint_dir(run_dir)
     candidates = list_checkpoints(folder) if folder.is_dir() else []
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        named = (folder / LATEST).read_text(encoding="utf-8").strip()
+        if _NAME.match(named) and (folder / named).is_file():
+            candidates = [folder / named, *[p for p in candidates if p.name != named]]
     for path in candidates:
         try:
             load_checkpoint(path)
-        except CheckpointError:
+        except CheckpointError as exc:
+            if skipped is not None:
+                skipped.append(f"skipped {path.name}: {exc}")
             continue
         return path
     raise CheckpointError(
