@@ -220,6 +220,26 @@ def test_ddp_resume_is_bit_identical(tmp_path: Path) -> None:
     assert all(a[step] == b[step] for step in b), (a, b)
     assert records(straight)[-1]["weights_digest"] == records(resumed)[-1]["weights_digest"]
     assert "has no state of its own" not in (resumed / "rank-1.log").read_text()
+    assert not [r for r in records(resumed) if r.get("kind") == "resume_world_size"]
+
+
+def test_resuming_with_another_world_size_says_what_changes(tmp_path: Path) -> None:
+    """Saved by one process, resumed by two: a warning event in the main log and the metrics
+    says the global batch and the epoch length change, instead of a silent jump."""
+    one = [sys.executable, "-m", "tuitrain", *SMALL, "--max-steps", "3",
+           "--set", "checkpoint.every_steps=3", "--run-dir", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(one, capture_output=True, text=True, env=env(), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    two = [sys.executable, "-m", "tuitrain", "--nproc", "2", "--no-ui", "--resume", "auto",
+           "--run-dir", str(tmp_path), "--max-steps", "5"]  # fmt: skip
+    proc = subprocess.run(two, capture_output=True, text=True, env=env(), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [change] = [r for r in records(tmp_path) if r.get("kind") == "resume_world_size"]
+    assert change["level"] == "warning"
+    assert "from a checkpoint saved by 1" in change["message"]
+    assert "global batch changes from 256 to 512" in change["message"]
+    assert "from 8 to 4 steps" in change["message"]
+    assert "resumed with 2 rank(s)" in (tmp_path / "train.log").read_text()
 
 
 def start_launcher(run_dir: Path) -> subprocess.Popen:

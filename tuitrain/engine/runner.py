@@ -111,7 +111,7 @@ def run(
             )
         trainer = Trainer(cfg, parts, sink, control, dist, run_dir)
         if resume is not None:
-            from tuitrain.engine.state import restore
+            from tuitrain.engine.state import restore, world_size_change
 
             warning = restore(trainer, resume)
             sink.write(
@@ -124,6 +124,8 @@ def run(
             )
             if warning:
                 sink.write(event_record(warning, level="warning", kind="resume_inexact"))
+            if change := world_size_change(trainer, resume):
+                sink.write(event_record(change, level="warning", kind="resume_world_size"))
             if trainer.step >= parts.total_steps:
                 sink.write(
                     event_record(

@@ -41,6 +41,11 @@ def capture(trainer: Trainer) -> dict[str, Any]:
             "tuitrain": tuitrain.__version__,
             "python": platform.python_version(),
         },
+        "world_size": trainer.dist.world_size,
+        "global_batch": trainer.cfg.data.batch_size
+        * trainer.cfg.optim.grad_accum
+        * trainer.dist.world_size,
+        "steps_per_epoch": p.steps_per_epoch,
         "step": trainer.step,
         "epoch": trainer.epoch,
         "epoch_step": trainer.epoch_step,
@@ -60,6 +65,25 @@ def capture_rank(trainer: Trainer) -> dict[str, Any]:
     """What a DDP rank other than 0 adds to rank 0's checkpoint: its own RNG (dropout masks)
     and its open loss window (its part of the next logged mean loss)."""
     return {"step": trainer.step, "rng": rng_state(), "meter": trainer.meter.state_dict()}
+
+
+def world_size_change(trainer: Trainer, state: dict[str, Any]) -> str | None:
+    """What changes when a checkpoint saved by M ranks is resumed by N (None when M == N or
+    the checkpoint predates the record of M)."""
+    saved = state.get("world_size")
+    now = trainer.dist.world_size
+    if saved is None or int(saved) == now:
+        return None
+    cfg = trainer.cfg
+    batch = cfg.data.batch_size * cfg.optim.grad_accum * now
+    return (
+        f"resumed with {now} rank(s) from a checkpoint saved by {saved}: the global batch "
+        f"changes from {state.get('global_batch', '?')} to {batch} and an epoch from "
+        f"{state.get('steps_per_epoch', '?')} to {trainer.parts.steps_per_epoch} steps; the "
+        f"position in epoch {state['epoch']} is kept as a step count ({state['epoch_step']}), "
+        "so this epoch's remaining samples differ and the run is not bit-exact with an "
+        "uninterrupted one"
+    )
 
 
 def restore(trainer: Trainer, state: dict[str, Any]) -> str | None:
