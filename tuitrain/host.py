@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any
 
 from tuitrain.config import Config
 from tuitrain.engine.control import Control
@@ -40,14 +40,7 @@ if TYPE_CHECKING:
     from tuitrain.engine.setup import DistInfo
 
 
-class Result(Protocol):
-    """What an engine call returns (`RunResult`, `ParityResult`)."""
-
-    status: str
-    exit_code: int
-
-
-Engine = Callable[["RunHost", Sink], Any]  # (host, sink) -> a Result
+Engine = Callable[["RunHost", Sink], Any]  # (host, sink) -> RunResult or ParityResult
 Outputs = Callable[["RunHost", IO[str]], Sequence[Sink]]  # (host, log) -> rank 0's sinks
 
 
