@@ -119,6 +119,7 @@ def run_ui_rank0(cfg: Config, overrides: Sequence[str]) -> int:
 def launch_nproc(nproc: int, argv: list[str], device: str = "auto") -> int:
     """`tuitrain --nproc N ...`: the same command under torch's elastic launcher (torchrun).
     On CUDA each rank needs a GPU of its own: more ranks than visible GPUs is refused here."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
@@ -127,8 +128,6 @@ def launch_nproc(nproc: int, argv: list[str], device: str = "auto") -> int:
     if nproc < 1:
         raise UserError(f"--nproc {nproc} must be at least 1.")
     check_nproc(nproc, device)
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-
     os.environ[LAUNCHER_ENV] = str(os.getpid())  # the ranks stop if this process goes away
     try:
         torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", "tuitrain", *argv])
