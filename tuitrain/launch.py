@@ -27,9 +27,11 @@ if TYPE_CHECKING:
 
 
 def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Config, dict[str, Any]]:
-    """The checkpoint's own config (plus overrides) and its state; the run dir is its run dir."""
+    """The checkpoint's own config (plus overrides) and its state. The run dir is --run-dir,
+    else the run dir the checkpoint lies in; a checkpoint elsewhere needs --run-dir (its
+    parent's parent, a home directory say, is no run dir to write in)."""
     from tuitrain.config import apply_overrides, config_from_dict
-    from tuitrain.engine.checkpoint import CheckpointError, find_latest, load_checkpoint
+    from tuitrain.engine.checkpoint import CKPT_DIR, CheckpointError, find_latest, load_checkpoint
     from tuitrain.engine.state import SOURCE_KEY
 
     if args.resume == "auto":
@@ -56,7 +58,15 @@ def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Confi
             f"checkpoint {path} holds no run config, so it was not saved by tuitrain; "
             "resume from a ckpt-step*.pt file of a tuitrain run dir."
         )
-    run_dir = path.resolve().parent.parent  # <run_dir>/checkpoints/ckpt-stepN.pt
+    if args.run_dir:  # the user's choice (the overrides carry it as run.run_dir)
+        run_dir = Path(args.run_dir)
+    elif path.resolve().parent.name == CKPT_DIR:  # <run_dir>/checkpoints/ckpt-stepN.pt
+        run_dir = path.resolve().parent.parent
+    else:
+        raise CheckpointError(
+            f"checkpoint {path} is not in a run dir's {CKPT_DIR}/ folder, so there is no run "
+            "to continue in; pass --run-dir for the resumed run's files."
+        )
     raw = apply_overrides(state["config"], [*overrides, f'run.run_dir="{run_dir}"'])
     return config_from_dict(raw, name=preset), state
 

@@ -233,3 +233,26 @@ def test_resume_from_a_file_not_saved_by_tuitrain(tmp_path: Path) -> None:
     proc = tuitrain("--no-ui", "--resume", str(foreign))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "holds no run config, so it was not saved by tuitrain" in proc.stderr
+
+
+def test_resume_from_a_checkpoint_outside_a_run_dir_needs_run_dir(tmp_path: Path) -> None:
+    """`--resume ~/Downloads/model.pt` used to make the home directory the run dir, and
+    `--run-dir` was ignored with `--resume PATH`."""
+    small = ["--no-ui", "--set", "data.train_samples=512", "--set", "data.val_samples=256"]
+    first = tuitrain(*small, "--max-steps", "2", "--run-dir", str(tmp_path / "run"))
+    assert first.returncode == 0, first.stderr
+    downloads = tmp_path / "home" / "Downloads"
+    downloads.mkdir(parents=True)
+    model = downloads / "model.pt"
+    model.write_bytes((tmp_path / "run" / "checkpoints" / "ckpt-step00000002.pt").read_bytes())
+    refused = tuitrain("--no-ui", "--resume", str(model), "--max-steps", "4")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().count("\n") == 0 and "pass --run-dir" in refused.stderr
+    assert sorted(p.name for p in (tmp_path / "home").iterdir()) == ["Downloads"]  # untouched
+    elsewhere = tmp_path / "resumed"
+    ok = tuitrain(
+        "--no-ui", "--resume", str(model), "--max-steps", "4", "--run-dir", str(elsewhere)
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert (elsewhere / "metrics.jsonl").is_file() and (elsewhere / "config.toml").is_file()
+    assert not (tmp_path / "home" / "metrics.jsonl").exists()
