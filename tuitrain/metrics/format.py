@@ -7,6 +7,8 @@ returns a string. Fields that are missing or None are left out of the line.
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from tuitrain.metrics.records import Record
@@ -75,6 +77,19 @@ def format_duration(seconds: float | None) -> str:
     h, rem = divmod(s, 3600)
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+ETA_WINDOW = 5  # step times the ETA takes the median of (one slow interval does not swing it)
+
+
+def eta_seconds(total: int | None, step: int | None, step_times: Sequence[float]) -> float | None:
+    """Time left: the steps to go times the median of the last ETA_WINDOW step times; None
+    when the total, the step or any finite step time is unknown. The dashboard's progress bar
+    and the headless lines both say this."""
+    recent = [t for t in list(step_times)[-ETA_WINDOW:] if math.isfinite(t)]
+    if not total or step is None or not recent:
+        return None
+    return max(0, total - step) * statistics.median(recent)
 
 
 def precision_label(rec: Record) -> str:

@@ -13,7 +13,6 @@ import itertools
 import json
 import math
 import os
-import statistics
 import sys
 import threading
 from collections import deque
@@ -22,7 +21,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from tuitrain.metrics.format import format_record, format_train_line, is_error_record
+from tuitrain.metrics.format import (
+    ETA_WINDOW,
+    eta_seconds,
+    format_record,
+    format_train_line,
+    is_error_record,
+)
 from tuitrain.metrics.records import Record
 from tuitrain.metrics.store import MetricStore
 
@@ -285,7 +290,7 @@ class ConsoleSink(Sink):
         self._lock = threading.Lock()
         self._closed = False
         self._total: int | None = None  # the header's total_steps: train lines say step/total
-        self._step_times: deque[float] = deque(maxlen=5)  # the ETA, as the dashboard's
+        self._step_times: deque[float] = deque(maxlen=ETA_WINDOW)  # the ETA, as the dashboard's
 
     def write(self, record: Record) -> None:
         kind = record.get("type")
@@ -312,11 +317,9 @@ class ConsoleSink(Sink):
     def train_line(self, record: Record) -> str:
         """The train line with step/total and the ETA from the median of recent step times."""
         step_time, step = record.get("step_time_s"), record.get("step")
-        if isinstance(step_time, (int, float)) and math.isfinite(step_time):
+        if isinstance(step_time, (int, float)):
             self._step_times.append(float(step_time))
-        eta = None
-        if self._total and isinstance(step, int) and self._step_times:
-            eta = max(0, self._total - step) * statistics.median(self._step_times)
+        eta = eta_seconds(self._total, step if isinstance(step, int) else None, self._step_times)
         return format_train_line(record, self._total, eta)
 
     def flush(self) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuitrain.metrics.format import DASH
+from tuitrain.metrics.format import DASH, eta_seconds
 from tuitrain.metrics.records import Record, straggler
 from tuitrain.metrics.store import Series, Snapshot
 
@@ -159,13 +159,10 @@ def progress(snap: Snapshot) -> Progress:
         step = snap.last_eval.get("step")
     epochs = config_section(snap, "train").get("epochs")
     epoch = latest.get("epoch")
-    eta = None
-    recent = snap.get("step_time_s").ys[-5:]
-    step_time = median(recent)
     if snap.end is not None:
         eta = 0.0 if snap.end.get("status") == "completed" else None
-    elif total and step is not None and step_time is not None:
-        eta = max(0, total - step) * step_time
+    else:
+        eta = eta_seconds(total, step, snap.get("step_time_s").ys)
     return Progress(step, total, epoch, epochs, eta)
 
 
