@@ -88,6 +88,16 @@ async def test_layout_fits(size: tuple[int, int]) -> None:
             assert region.right <= size[0] and region.bottom <= size[1] - 1, widget
 
 
+async def test_a_poll_after_close_does_nothing() -> None:
+    """The poll timers may tick once more while the app closes, after its screen is gone
+    (seen in CI: NoScreen from poll_text). Such a tick must be a no-op, not a traceback."""
+    app = TuitrainApp(store=filled_store())
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.pause()
+    assert not app.status_bar.is_attached
+    app.poll_all()  # raised textual.dom.NoScreen before the guard
+
+
 async def test_resize_switches_layout() -> None:
     app = TuitrainApp(store=filled_store())
     async with app.run_test(size=(160, 48)) as pilot:

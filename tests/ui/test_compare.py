@@ -136,6 +136,8 @@ async def test_same_file_twice_compares_equal(tmp_path: Path) -> None:
         assert rows(app)["A"].split(maxsplit=2)[2] == rows(app)["B"].split(maxsplit=2)[2]
         assert "B/A ×1.00" in text_of(app.comparison)
         assert "B−A +0.00 pt" in text_of(app.comparison)
+    assert not app.table.is_attached
+    app.poll_all()  # a timer tick while the app closes is a no-op, not NoScreen
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)])

@@ -179,6 +179,8 @@ class TuitrainApp(SessionApp):
         self.poll_plots()
 
     def poll_text(self) -> None:
+        if not self.status_bar.is_attached:
+            return  # a tick that lands while the app closes: its screen is already gone
         frame = self.frame()
         self.status_bar.refresh_text(frame, stopping=self.pending is not None)
         self.refresh_banner(frame)
@@ -194,6 +196,8 @@ class TuitrainApp(SessionApp):
         self.act_on_new_events(frame)
 
     def poll_plots(self) -> None:
+        if not self.status_bar.is_attached:
+            return
         snap = self.store.snapshot()
         for panel in self.panels:
             panel.refresh_plot(snap)

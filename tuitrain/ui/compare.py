@@ -247,6 +247,8 @@ class CompareApp(App[int]):
         self.poll_plots()
 
     def poll_text(self) -> None:
+        if not self.table.is_attached:
+            return  # a tick that lands while the app closes: its screen is already gone
         a, b = self.summaries()
         width = self.table.content_region.width or self.size.width
         text = (table_text(list(zip(self.sources, (a, b), strict=True)), width),
@@ -257,6 +259,8 @@ class CompareApp(App[int]):
             self.comparison.update(text[1])
 
     def poll_plots(self) -> None:
+        if not self.table.is_attached:
+            return
         snaps = self.snapshots()
         for chart in self.charts:
             chart.refresh_plot(self.sources, snaps)
