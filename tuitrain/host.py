@@ -167,8 +167,9 @@ class RunHost:
 
     # -- inline ------------------------------------------------------------------------
     def prepare(self) -> Path:
-        """Rank 0 (or the only process) makes the run dir and writes the resolved config;
-        under DDP it sends the run dir to the other ranks, which wait for it here."""
+        """Rank 0 (or the only process) checks a checkpoint to resume from, makes the run dir
+        and writes the resolved config; under DDP it sends the run dir to the other ranks,
+        which wait for it here."""
         if not self.is_main:
             from tuitrain.engine.distributed import broadcast_object
 
@@ -180,6 +181,10 @@ class RunHost:
             self.lock = RunDirLock(self.run_dir, main=False)
             return self.run_dir
         try:
+            if self.resume is not None:  # a refused resume touches nothing in the run dir
+                from tuitrain.engine.state import check_resumable
+
+                check_resumable(self.cfg, self.resume)
             run_dir = prepare_run_dir(self.cfg, self.requested_run_dir)
             self.lock = RunDirLock(run_dir)  # before anything is written in it
             write_resolved_config(run_dir, self.cfg)

@@ -68,7 +68,36 @@ def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Confi
             "to continue in; pass --run-dir for the resumed run's files."
         )
     raw = apply_overrides(state["config"], [*overrides, f'run.run_dir="{run_dir}"'])
+    check_factories(path, raw, overrides, args.preset)
     return config_from_dict(raw, name=preset), state
+
+
+FACTORY_KEYS = ("model.name", "data.name")  # 'package.module:function', imported and called
+
+
+def check_factories(
+    path: Path, raw: dict[str, Any], overrides: list[str], preset: str | None
+) -> None:
+    """A factory named by a checkpoint's saved config is imported and called on resume: that
+    is running the file's code. Only factories the user named on this command line (an
+    override) or in the preset passed with --preset may run."""
+    from tuitrain.config import load_preset, parse_override
+    from tuitrain.engine.checkpoint import CheckpointError
+
+    touched = {".".join(parse_override(text)[0]) for text in overrides}
+    own = load_preset(preset).to_dict() if preset else {}
+    for key in FACTORY_KEYS:
+        section, name = key.split(".")
+        value = raw.get(section, {}).get(name) if isinstance(raw.get(section), dict) else None
+        if not isinstance(value, str) or ":" not in value or key in touched:
+            continue
+        if own.get(section, {}).get(name) == value:
+            continue
+        raise CheckpointError(
+            f"checkpoint {path} names the factory {key} = {value!r}, which resuming would "
+            f"import and call; tuitrain runs only code you name: if you trust it, add "
+            f"--set {key}='{value}' (or pass its preset with --preset)."
+        )
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ import torch
 
 import tuitrain
 from tuitrain.engine.checkpoint import (
+    CheckpointError,
     check_compatible,
     load_rank_state,
     rng_state,
@@ -23,6 +24,7 @@ from tuitrain.engine.checkpoint import (
 )
 
 if TYPE_CHECKING:
+    from tuitrain.config import Config
     from tuitrain.engine.trainer import Trainer
 
 FORMAT_VERSION = 1
@@ -84,6 +86,74 @@ def world_size_change(trainer: Trainer, state: dict[str, Any]) -> str | None:
         "so this epoch's remaining samples differ and the run is not bit-exact with an "
         "uninterrupted one"
     )
+
+
+POSITION_KEYS = ("step", "epoch", "epoch_step", "samples")
+
+
+def check_resumable(cfg: Config, state: dict[str, Any]) -> None:
+    """Everything `restore` will load, tried on a CPU copy of this run's model before the run
+    dir is touched: a resume refused here writes nothing (not config.toml, not a record).
+    Builds the data (to know the model's input) and the model once more: ~0.5 s."""
+    where = f"checkpoint {state.get(SOURCE_KEY, '')}".rstrip()
+    for key in POSITION_KEYS:
+        value = state.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
+            raise CheckpointError(
+                f"{where} has {key} = {value!r}, not a count; it was altered or not "
+                "written by tuitrain: resume from another checkpoint."
+            )
+    saved = rng_state()  # building a model draws from the RNGs: leave the caller's as they were
+    try:
+        _try_restore(cfg, state, where)
+    finally:
+        set_rng_state(saved)
+
+
+def _try_restore(cfg: Config, state: dict[str, Any], where: str) -> None:
+    from tuitrain.engine.data import build_data
+    from tuitrain.engine.models import build_model
+    from tuitrain.engine.setup import make_optimizer, make_schedule
+
+    data = build_data(cfg.data, torch.device("cpu"), cfg.train.seed)
+    model = build_model(cfg.model.name, data.num_classes, cfg.model.dropout, data.input_shape)
+    try:
+        check_compatible(state, model, cfg.name)
+    except CheckpointError as exc:  # "checkpoint …" -> "checkpoint PATH …"
+        raise CheckpointError(str(exc).replace("checkpoint", where, 1)) from None
+    part = "model"
+    try:
+        model.load_state_dict(state["model"])
+        part = "optimizer"
+        optimizer = make_optimizer(list(model.parameters()), cfg.optim)
+        optimizer.load_state_dict(state["optimizer"])
+        part = "scheduler"
+        scheduler = state["scheduler"]
+        if not isinstance(scheduler, dict) or not isinstance(scheduler.get("last_epoch"), int):
+            raise ValueError("no last_epoch count")
+        make_schedule(optimizer, cfg.optim, 1).load_state_dict(dict(scheduler))
+        part = "scaler"
+        scaler = state.get("scaler")
+        if scaler and not isinstance(scaler.get("scale"), (int, float)):
+            raise ValueError("no scale")
+        part = "RNG"
+        set_rng_state(state["rng"])  # the caller puts its own back
+        part = "loss window"
+        meter = state["meter"]
+        if not (
+            isinstance(meter.get("loss_sum"), torch.Tensor)
+            and isinstance(meter.get("skipped"), torch.Tensor)
+            and isinstance(meter.get("micro_batches"), int)
+        ):
+            raise ValueError("not a loss window")
+    except CheckpointError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - however it fails, that part of the file is bad
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise CheckpointError(
+            f"{where}: its {part} state does not load into this run ({detail}); it was "
+            "altered or saved by another version: resume from another checkpoint."
+        ) from None
 
 
 def restore(trainer: Trainer, state: dict[str, Any]) -> str | None:
