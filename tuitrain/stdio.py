@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from tuitrain.safefile import NOFOLLOW, open_nofollow
+
 
 @contextlib.contextmanager
 def native_stderr_to(path: Path) -> Iterator[None]:
@@ -33,7 +35,7 @@ def native_stderr_to(path: Path) -> Iterator[None]:
         return
     original.flush()
     terminal_fd = os.dup(2)
-    log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | NOFOLLOW, 0o644)
     terminal = os.fdopen(terminal_fd, "w", encoding=original.encoding, errors=original.errors)
     setattr(sys, "__stderr__", terminal)  # noqa: B010 - typeshed marks it Final
     os.dup2(log_fd, 2)
@@ -86,7 +88,7 @@ class TerminalOutput:
 def open_log(path: Path) -> Iterator[IO[str]]:
     """A run's log, appended to line by line. A disk that fills does not end the run here:
     the console sink writing to it goes quiet on its own, and the close ignores the error."""
-    log = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed below
+    log = open_nofollow(path, "a", encoding="utf-8", buffering=1)  # closed below
     try:
         yield log
     finally:

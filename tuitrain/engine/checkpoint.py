@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from tuitrain.errors import UserError
+from tuitrain.safefile import open_nofollow
 
 CKPT_DIR = "checkpoints"
 LATEST = "latest"
@@ -93,7 +94,9 @@ def _write_atomic(path: Path, write: Any) -> None:
     """Write through `write(file)` into a temp file beside `path`, fsync, rename."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()  # a crashed run's leftover of this pid, or a link: the name only
+        with open_nofollow(tmp, "xb") as f:  # never through a link planted under that name
             write(f)
             f.flush()
             os.fsync(f.fileno())

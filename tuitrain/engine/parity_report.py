@@ -8,7 +8,6 @@ MetricStore per run for a UI) and the small helpers. The check itself is in
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -18,6 +17,7 @@ from typing import Any
 from tuitrain.errors import EXIT_FAILED, EXIT_OK, EXIT_PARITY_FAIL
 from tuitrain.metrics.sinks import Sink, StoreSink, to_json_line
 from tuitrain.metrics.store import MetricStore, Snapshot
+from tuitrain.safefile import write_atomic_text
 
 THRESHOLD_POINTS = 0.5  # the seeds: "un écart de plus de 0,5 point signale un problème"
 EARLY_STEPS = 20
@@ -195,8 +195,5 @@ def count_test_images(header: Mapping[str, Any]) -> int | None:
 def write_parity_json(result: ParityResult, run_dir: Path) -> Path:
     """`run_dir/parity.json`, written atomically (NaN/inf become null)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "parity.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(json.loads(to_json_line(result.to_json())), indent=2) + "\n")
-    os.replace(tmp, path)
-    return path
+    text = json.dumps(json.loads(to_json_line(result.to_json())), indent=2) + "\n"
+    return write_atomic_text(run_dir / "parity.json", text)

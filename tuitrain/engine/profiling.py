@@ -10,6 +10,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from tuitrain.metrics.records import event_record
 from tuitrain.metrics.sinks import Sink
+from tuitrain.safefile import open_nofollow
 
 TOP_ROWS = 15
 
@@ -61,7 +62,8 @@ class StepProfiler:
         where = ""
         if self.run_dir is not None:
             path = self.run_dir / f"profile-step{self.first_step}.txt"
-            path.write_text(table + "\n", encoding="utf-8")
+            with open_nofollow(path, "w", encoding="utf-8") as f:
+                f.write(table + "\n")
             where = f", table in {path}"
         sort_name = "device" if self.device.type == "cuda" else "CPU"
         sink.write(

@@ -11,6 +11,7 @@ from typing import Any
 
 from tuitrain.config import Config
 from tuitrain.errors import UserError
+from tuitrain.safefile import open_nofollow, temp_beside, write_atomic_text
 
 
 def default_run_dir(cfg: Config) -> Path:
@@ -21,10 +22,11 @@ def default_run_dir(cfg: Config) -> Path:
 def prepare_run_dir(cfg: Config, run_dir: str | Path | None = None) -> Path:
     """Create the run dir and prove it is writable before any training starts."""
     path = Path(run_dir or cfg.run.run_dir or default_run_dir(cfg)).expanduser()
-    probe = path / ".write-test"
+    probe = temp_beside(path / ".write-test")
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe.write_text("ok")
+        with open_nofollow(probe, "x") as f:  # a name of its own: nothing planted is reused
+            f.write("ok")
         probe.unlink()
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
@@ -53,11 +55,7 @@ def config_to_toml(cfg: Config) -> str:
 
 
 def write_resolved_config(run_dir: Path, cfg: Config) -> Path:
-    path = run_dir / "config.toml"
-    tmp = path.with_suffix(".toml.tmp")
-    tmp.write_text(config_to_toml(cfg), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_atomic_text(run_dir / "config.toml", config_to_toml(cfg))
 
 
 def sibling_run_dir(previous: Path | None, preset: str) -> Path | None:
@@ -97,7 +95,7 @@ class RunDirLock:
         import fcntl
 
         path = self.run_dir / name
-        f = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release()
+        f = open_nofollow(path, "a+", encoding="utf-8")  # held until release()
         try:
             fcntl.flock(f, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
         except BlockingIOError as exc:
@@ -119,7 +117,7 @@ class RunDirLock:
         """An exclusive lock on `name` taken and given back at once: no rank holds it."""
         import fcntl
 
-        with open(self.run_dir / name, "a+", encoding="utf-8") as f:
+        with open_nofollow(self.run_dir / name, "a+", encoding="utf-8") as f:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError as exc:

@@ -30,6 +30,7 @@ from tuitrain.metrics.format import (
 )
 from tuitrain.metrics.records import Record
 from tuitrain.metrics.store import MetricStore
+from tuitrain.safefile import open_nofollow
 
 __all__ = [
     "ConsoleSink",
@@ -186,7 +187,7 @@ class JsonlSink(Sink):
         self._lock = threading.Lock()
         self.failed: str | None = None  # why writing stopped
         # unbuffered: nothing left in a buffer to land after a failed write has been cut back
-        self._file: IO[bytes] | None = open(self.path, "ab", buffering=0)  # noqa: SIM115
+        self._file: IO[bytes] | None = open_nofollow(self.path, "ab", buffering=0)
         self._good = self._file.tell()  # the size after the last whole record
         if self._good and not self._ends_with_newline():
             self._append(b"\n")
