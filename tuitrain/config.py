@@ -62,13 +62,17 @@ class DataConfig:
     )
     batch_size: int = _f(256, "Samples per optimizer micro-step on each rank.", min=1, max=1 << 20)
     eval_batch_size: int = _f(1024, "Samples per evaluation batch.", min=1, max=1 << 20)
-    num_classes: int = _f(10, "Number of classes; labels must lie in [0, num_classes).", min=2)
+    num_classes: int = _f(
+        10, "Number of classes; labels must lie in [0, num_classes).", min=2, max=1 << 20
+    )
     num_workers: int = _f(2, "DataLoader worker processes (dataloader path).", min=0, max=256)
     pin_memory: bool = _f(True, "Pin host memory so non_blocking copies overlap (CUDA only).")
     persistent_workers: bool = _f(True, "Keep DataLoader workers alive between epochs.")
     prefetch_factor: int = _f(2, "Batches each worker prepares ahead.", min=1, max=64)
     data_dir: str = _f("", "Where Fashion-MNIST's IDX files are; empty = the lookup order.")
-    image_size: int = _f(224, "Synthetic images are channels x image_size x image_size.", min=8)
+    image_size: int = _f(
+        224, "Synthetic images are channels x image_size x image_size.", min=8, max=4096
+    )
     channels: int = _f(3, "Channels of synthetic images.", min=1, max=64)
     train_samples: int = _f(0, "Use only the first N training samples (0 = all).", min=0)
     val_samples: int = _f(0, "Use only the first N validation samples (0 = all).", min=0)
@@ -100,7 +104,7 @@ class TrainConfig:
         "default", "torch.compile mode."
     )
     tf32: bool = _f(True, "Allow TF32 matmuls and convolutions on Ampere and newer.")
-    seed: int = _f(0, "Seed for weights, dropout and batch order.", min=0)
+    seed: int = _f(0, "Seed for weights, dropout and batch order.", min=0, max=2**32 - 1)
     log_every: int = _f(20, "Optimizer steps between log points (the only host syncs).", min=1)
     profile_steps: int = _f(0, "Profile this many steps with torch.profiler (0 = off).", min=0)
     eval_every_epoch: bool = _f(True, "Evaluate at the end of each epoch.")
@@ -194,7 +198,12 @@ def _coerce(path: str, value: Any, tp: Any) -> Any:
     return float(value) if tp is float else value
 
 
+INT_MAX = 2**31 - 1  # the bound of an int without its own: past it torch and numpy overflow
+
+
 def _check_range(path: str, value: Any, meta: typing.Mapping[str, Any]) -> None:
+    if isinstance(value, int) and not isinstance(value, bool) and "max" not in meta:
+        meta = {**meta, "max": INT_MAX}
     if "min" in meta and value < meta["min"]:
         raise ConfigError(f"{path} = {value!r} is out of range; it must be >= {meta['min']}.")
     if "gt" in meta and value <= meta["gt"]:

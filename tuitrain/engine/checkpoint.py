@@ -262,7 +262,9 @@ def check_compatible(state: dict[str, Any], model: torch.nn.Module, preset: str)
             f"resume with --preset {saved_preset} or start a new run."
         )
     own = model.state_dict()
-    saved = state["model"]
+    saved = state.get("model")
+    if not isinstance(saved, dict) or not all(isinstance(v, torch.Tensor) for v in saved.values()):
+        raise CheckpointError("checkpoint does not fit this model: its weights are no tensors.")
     missing = sorted(set(own) - set(saved))
     extra = sorted(set(saved) - set(own))
     if missing or extra:

@@ -134,6 +134,10 @@ def read_split(folder: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
             f"{image_path} has {len(images)} images but {label_path} has {len(labels)} labels;"
             " one of them is from another set or truncated."
         )
+    if images.numel() == 0:
+        raise UserError(
+            f"{image_path} holds no image ({'×'.join(map(str, images.shape))}); download it again."
+        )
     return images, labels.long()
 
 

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from tuitrain.metrics.records import clean_record
 from tuitrain.metrics.store import MetricStore
 
 TRAIN_PREFIX = b'{"type": "train"'
@@ -40,7 +41,9 @@ def _parse(line: bytes) -> dict[str, Any] | None:
         rec = json.loads(line)
     except ValueError:
         return None  # a torn or garbled line: skip it
-    return rec if isinstance(rec, dict) else None
+    except RecursionError:
+        return None  # nested deeper than json can read
+    return clean_record(rec) if isinstance(rec, dict) else None
 
 
 class JsonlFollower:

@@ -168,3 +168,50 @@ def straggler(step_times: Sequence[float], factor: float = STRAGGLER_FACTOR) -> 
     median = statistics.median(times)
     slowest = max(range(len(times)), key=times.__getitem__)
     return slowest if times[slowest] > factor * median else None
+
+
+# --------------------------------------------------------------------------- records read back
+
+TEXT_FIELDS = frozenset(
+    {"type", "level", "message", "kind", "hint", "status", "reason", "preset", "device",
+     "device_name", "precision", "torch", "tuitrain", "python", "time", "data", "run_dir",
+     "traceback", "weights_digest"}
+)  # fmt: skip
+NUMBER_FIELDS = frozenset(
+    {*TRAIN_FIELDS[1:], "val_acc", "val_loss", "elapsed_s", "world_size", "train_samples",
+     "val_samples", "params", "global_batch", "steps_per_epoch", "total_steps",
+     "device_memory_bytes"}
+)  # fmt: skip
+PER_RANK_FIELDS = frozenset({"rank_step_time_s", "rank_busy_s"})
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def clean_record(raw: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A record read back from a file, with each field of the wrong type left out: a
+    hand-edited or foreign metrics.jsonl must not break a viewer. Text fields hold text,
+    number fields a number (or null), per-rank fields a list of numbers, `config` tables.
+    None when it has no text `type` (no record of the contract)."""
+    if not isinstance(raw.get("type"), str):
+        return None
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if value is None:
+            out[key] = None
+        elif key in TEXT_FIELDS:
+            if isinstance(value, str):
+                out[key] = value
+        elif key in NUMBER_FIELDS:
+            if _is_number(value):
+                out[key] = value
+        elif key in PER_RANK_FIELDS:
+            if isinstance(value, list) and all(_is_number(v) for v in value):
+                out[key] = value
+        elif key == "config":
+            if isinstance(value, dict):
+                out[key] = {k: v for k, v in value.items() if isinstance(v, dict)}
+        else:
+            out[key] = value
+    return out
