@@ -4,7 +4,8 @@ SIGINT (130), SIGTERM (143) and SIGHUP (129) stop a run at the next step boundar
 state saved; a second one leaves at once, but never in the middle of a checkpoint or of the
 last record (`Control.critical`). SIGHUP is left alone when it is ignored (`nohup`): the run
 goes on after the SSH session. The dashboard takes the same signals through its event loop
-(`on_stop_signals(..., loop=...)`): there a signal quits the app the way `q` does.
+(`on_stop_signals(..., loop=...)`): there a signal quits the app the way `q` does, and a
+viewer that is still there seconds later is ended (`leave_after`).
 """
 
 from __future__ import annotations
@@ -150,3 +151,15 @@ def stop_if_orphaned(control: Control, poll_s: float = ORPHAN_POLL_S) -> Callabl
 
     threading.Thread(target=watch, name="tuitrain-orphan-watch", daemon=True).start()
     return done.set
+
+
+def leave_after(seconds: float, code: int) -> Callable[[], None]:
+    """The last resort of a process asked to stop: `os._exit(code)` in `seconds` unless the
+    returned function is called first. A daemon timer: it never keeps the process alive, and
+    it fires even when the main thread is stuck (a write that blocks, a thread never joined).
+    """
+    timer = threading.Timer(seconds, os._exit, (code,))
+    timer.name = "tuitrain-leave-after"
+    timer.daemon = True
+    timer.start()
+    return timer.cancel
