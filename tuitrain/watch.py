@@ -13,7 +13,9 @@ connection. Without either it is refused (a viewer has nothing to fall back to).
 
 Bad targets (no such path, a folder that is no run dir, a file that is no metrics file), a
 --poll not above 0 and at most an hour, and a missing terminal are refused with one sentence
-and exit code 2.
+and exit code 2. The viewer leaves on SIGTERM (143), SIGINT (130) and SIGHUP (129), and when
+its terminal or textual serve's connection goes away (129: the input ends, or nothing reads
+the output); a viewer still there seconds later is ended (`tuitrain.ui.stopping`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tuitrain.errors import EXIT_USAGE
 
 RUN_FILES = ("metrics.jsonl", "config.toml", "train.log")  # what a run dir holds early on
 MAX_POLL_S = 3600.0  # --poll: seconds between file checks, above 0 and at most this
+FORCE_EXIT_S = 5.0  # a viewer asked to stop (signal, server gone) still here then is ended
 PROBE_BYTES = 1 << 20  # a header line is a few kB; more without a newline is no metrics file
 
 
@@ -49,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  tuitrain watch --compare runs/fp32-run runs/bf16-run/metrics.jsonl\n"
         '  textual serve --command "tuitrain watch runs/x"   in a browser (textual-dev)\n'
         "\nexit codes: 0 quit, 2 bad target or arguments, or no terminal (stdin and stderr\n"
-        "must be a TTY unless TEXTUAL_DRIVER names a driver, as textual serve does)",
+        "must be a TTY unless TEXTUAL_DRIVER names a driver, as textual serve does),\n"
+        "129 SIGHUP or the terminal or textual serve's connection gone, 130 SIGINT, 143 SIGTERM",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("target", nargs="?", help="a run dir or its metrics.jsonl")
@@ -212,10 +216,10 @@ def watch_one(path: Path, poll_s: float) -> int:
         app = TuitrainApp(store=store)
         app.title = f"tuitrain watch {path}"
         app.watched_path = path  # a run that goes silent without an end record is flagged
-        app.run()
+        app.force_exit_s = FORCE_EXIT_S  # this process ends with the viewer
+        return exit_code(app.run(), app.return_code)
     finally:
         follower.stop()
-    return 0
 
 
 def compare(paths: Sequence[Path], poll_s: float) -> int:
@@ -234,8 +238,14 @@ def compare(paths: Sequence[Path], poll_s: float) -> int:
     try:
         app = CompareApp(sources)
         app.title = f"tuitrain watch --compare {paths[0]} {paths[1]}"
-        app.run()
+        app.force_exit_s = FORCE_EXIT_S
+        return exit_code(app.run(), app.return_code)
     finally:
         for follower in followers:
             follower.stop()
-    return 0
+
+
+def exit_code(result: int | None, return_code: int | None) -> int:
+    """The viewer's exit code: the code it exited with (a signal's, 129 when its terminal
+    or server went away), else Textual's (0, or 1 after an error in the app)."""
+    return result if isinstance(result, int) else return_code or 0

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from textual import events
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Container
 from textual.markup import escape
@@ -26,6 +26,7 @@ from textual.widgets import Footer, Static
 from tuitrain.metrics.format import DASH
 from tuitrain.metrics.store import MetricStore, Series, Snapshot
 from tuitrain.ui.screens.help import HelpScreen
+from tuitrain.ui.stopping import StoppingApp
 from tuitrain.ui.view import (
     LOSS_SMOOTHING,
     PLOT_INTERVAL_S,
@@ -192,8 +193,9 @@ class OverlayChart(MetricChart):
         self.border_title = f"{self.title} · {legend}"
 
 
-class CompareApp(App[int]):
-    """Runs A and B: a table, B against A, and overlaid loss and throughput charts."""
+class CompareApp(StoppingApp):
+    """Runs A and B: a table, B against A, and overlaid loss and throughput charts. Stops on
+    a signal, or when its terminal or textual serve's connection goes away (`StoppingApp`)."""
 
     CSS_PATH = "compare.tcss"
     TITLE = "tuitrain watch --compare"

@@ -8,14 +8,10 @@ next preset. `TuitrainApp` adds the layout, the polling and the keys on top.
 
 from __future__ import annotations
 
-import asyncio
 import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from textual.app import App
-from textual.driver import Driver
-from textual.drivers.linux_driver import LinuxDriver
 from textual.message import Message
 
 from tuitrain.config import Config, load_preset
@@ -24,8 +20,7 @@ from tuitrain.errors import UserError
 from tuitrain.host import RunHost
 from tuitrain.metrics.records import event_record
 from tuitrain.metrics.store import MetricStore
-from tuitrain.signals import on_stop_signals
-from tuitrain.ui.terminal import HangupSafeDriver
+from tuitrain.ui.stopping import StoppingApp
 from tuitrain.ui.view import host_memory_bytes
 
 NEEDS_ENGINE = "this key steers a live run; the app is only watching records"
@@ -33,7 +28,7 @@ PEERS_GONE = (
     "the other ranks exited when this DDP run ended, so preset {name} cannot start here; "
     "start a new job: tuitrain --nproc N --preset {name}"
 )
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # SIGINT is a key (ctrl+c) in the app
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # with a run; SIGINT is a key (ctrl+c) in the app
 
 
 class RunEnded(Message):
@@ -44,8 +39,9 @@ class RunEnded(Message):
         self.host = host
 
 
-class SessionApp(App[int]):
-    """Owns the current `RunHost` and the quit/switch state machine."""
+class SessionApp(StoppingApp):
+    """Owns the current `RunHost` and the quit/switch state machine. Without a host it only
+    watches its store (`tuitrain watch`): a viewer, stopped as `StoppingApp` stops."""
 
     def __init__(
         self,
@@ -61,13 +57,6 @@ class SessionApp(App[int]):
         self.host_memory = host_memory_bytes() if host is not None else None
         self.pending: str | None = None  # "quit" or "switch" while the engine stops
         self.pending_cfg: Config | None = None
-        self.signal_exit_code: int | None = None
-        self._remove_signal_handlers: Callable[[], None] = lambda: None
-
-    def get_driver_class(self) -> type[Driver]:
-        """Textual's choice, except that a terminal's driver survives a hangup."""
-        driver = super().get_driver_class()
-        return HangupSafeDriver if driver is LinuxDriver else driver
 
     # -- hooks for the dashboard ---------------------------------------------------------
     def reset_view(self) -> None:
@@ -188,24 +177,19 @@ class SessionApp(App[int]):
         return host
 
     # -- signals -------------------------------------------------------------------------
-    def install_signal_handlers(self) -> None:
-        """SIGTERM (a scheduler) or SIGHUP (the SSH connection dropped): stop cleanly, as q."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._remove_signal_handlers = on_stop_signals(self.on_stop_signal, STOP_SIGNALS, loop)
-
-    def remove_signal_handlers(self) -> None:
-        self._remove_signal_handlers()
-        self._remove_signal_handlers = lambda: None
+    def stop_signals(self) -> tuple[int, ...]:
+        """With a run: SIGTERM (a scheduler) or SIGHUP (the SSH connection dropped)."""
+        return STOP_SIGNALS if self.host is not None else super().stop_signals()
 
     def on_stop_signal(self, name: str, code: int) -> None:
+        """Stop the run cleanly, as q, and exit with the signal's code once it ended."""
+        if self.host is None:
+            super().on_stop_signal(name, code)
+            return
         self.signal_exit_code = code
-        if self.host is not None:
-            self.host.control.request_stop(f"stopped by {name}", exit_code=code)
+        self.host.control.request_stop(f"stopped by {name}", exit_code=code)
         self.pending = "quit"
-        if self.host is None or not self.host.alive:
+        if not self.host.alive:
             self.exit(code)
         else:
             self.refresh_view()
