@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
 import os
 import tomllib
@@ -193,8 +194,15 @@ def _coerce(path: str, value: Any, tp: Any) -> Any:
         raise ConfigError(
             f"{path} must be {_type_name(tp)}, not {type(value).__name__} ({value!r})."
         )
-    if tp is float and not math.isfinite(value):  # nan passes every range check
-        raise ConfigError(f"{path} = {value!r} is not a finite number; give a real number.")
+    if tp is float:
+        try:
+            finite = math.isfinite(value)  # nan passes every range check
+        except OverflowError:  # an integer too large for a float
+            finite = False
+        if not finite:
+            raise ConfigError(f"{path} = {value!r:.40} is not a finite number; give a real number.")
+    if tp is str and (bad := next((c for c in value if ord(c) < 32 or ord(c) == 127), None)):
+        raise ConfigError(f"{path} = {value!r:.60} holds a control character ({bad!r}); remove it.")
     return float(value) if tp is float else value
 
 
@@ -262,10 +270,19 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     keys = [k.strip() for k in dotted.strip().split(".")]
     if len(keys) != 2 or not all(keys):
         raise ConfigError(f"--set {text!r}: the key must be section.key (e.g. train.epochs).")
+    literal = literal.strip()
     try:
-        value = tomllib.loads(f"v = {literal.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = literal.strip()  # a bare word such as bf16 or cuda
+        value = tomllib.loads(f"v = {literal}")["v"]
+    except tomllib.TOMLDecodeError as exc:
+        if literal[:1] in ("'", '"', "[", "{"):  # meant as TOML: a quote left open, say
+            raise ConfigError(
+                f"--set {text!r}: the value is not valid TOML ({exc}); quote a text as 'text'."
+            ) from None
+        value = literal  # a bare word such as bf16 or cuda
+    except ValueError:  # an integer of more than 4300 digits
+        raise ConfigError(
+            f"--set {dotted.strip()}=…: the number has too many digits; give a value in range."
+        ) from None
     return keys, value
 
 
@@ -275,9 +292,8 @@ def overrides_from(pairs: list[tuple[str, Any]]) -> list[str]:
     for key, value in pairs:
         if value is None:
             continue
-        literal = str(value)
-        if isinstance(value, str):
-            literal = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        # a text as a TOML string (JSON's escapes are TOML's): newlines and quotes survive
+        literal = json.dumps(value) if isinstance(value, str) else str(value)
         out.append(f"{key}={literal}")
     return out
 
@@ -345,6 +361,10 @@ def read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}.") from exc
+    except ValueError:  # an integer of more than 4300 digits
+        raise ConfigError(
+            f"{path} holds a number with too many digits; give a value in range."
+        ) from None
 
 
 def load_preset(name_or_path: str = DEFAULT_PRESET, overrides: list[str] | None = None) -> Config:

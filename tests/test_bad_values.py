@@ -1,0 +1,66 @@
+"""Values that used to end in a traceback ("looks like a bug", exit 1) or do something odd:
+each is now one sentence and exit 2 (issue 19, point 10)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuitrain.config import ConfigError, load_preset, overrides_from
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ("optim.lr=" + "1" * 400, "optim.lr = 1111"),  # OverflowError in math.isfinite
+        ("model.dropout=" + "9" * 400, "is not a finite number"),
+        ("train.epochs=" + "9" * 5000, "the number has too many digits"),  # ValueError
+        ('run.run_dir="/tmp/x\\u0000y"', "holds a control character ('\\x00')"),
+        ('run.run_dir="/tmp/a', "the value is not valid TOML"),  # was taken as the text "/tmp/a
+        ("train.seed=99999999999999999999", "it must be <= 4294967295"),
+        ("data.num_classes=99999999999999999999", "it must be <= 1048576"),
+        ("train.max_steps=2147483648", "it must be <= 2147483647"),
+    ],
+)
+def test_a_bad_override_is_one_sentence(override: str, words: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_preset("fashion-mini", [override])
+    message = str(caught.value)
+    assert words in message and "\n" not in message and len(message) < 300
+
+
+def test_a_preset_file_with_a_huge_number(tmp_path: Path) -> None:
+    path = tmp_path / "huge.toml"
+    path.write_text("[train]\nepochs = " + "9" * 5000 + "\n")
+    with pytest.raises(ConfigError, match="holds a number with too many digits"):
+        load_preset(str(path))
+
+
+def test_flag_values_keep_their_characters() -> None:
+    """A flag's text becomes a TOML string with JSON's escapes: quotes and backslashes survive,
+    and a newline is no longer cut into a different path."""
+    cfg = load_preset("fashion-mini", overrides_from([("run.run_dir", '/tmp/q"uote\\x')]))
+    assert cfg.run.run_dir == '/tmp/q"uote\\x'
+    with pytest.raises(ConfigError, match="control character"):
+        load_preset("fashion-mini", overrides_from([("run.run_dir", "/tmp/a\nb")]))
+
+
+def test_a_run_dir_with_a_newline_writes_nothing(tmp_path: Path) -> None:
+    """`--run-dir $'/tmp/…\\nx'` used to become the literal text with its quotes: a folder
+    named `"` appeared in the current directory and the run went on there."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TUITRAIN_NO_DOWNLOAD": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuitrain", "--no-ui", "--max-steps", "1",
+         "--run-dir", f"{tmp_path}/nl\nx"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "holds a control character" in proc.stderr and proc.stderr.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
