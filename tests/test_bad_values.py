@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize(
     ("override", "words"),
     [
-        ("optim.lr=" + "1" * 400, "optim.lr = 1111"),  # OverflowError in math.isfinite
-        ("model.dropout=" + "9" * 400, "is not a finite number"),
-        ("train.epochs=" + "9" * 5000, "the number has too many digits"),  # ValueError
+        pytest.param("optim.lr=" + "1" * 400, "optim.lr = 1111", id="lr-400-digits"),
+        pytest.param("model.dropout=" + "9" * 400, "is not a finite number", id="dropout-400"),
+        pytest.param("train.epochs=" + "9" * 5000, "too many digits", id="epochs-5000-digits"),
         ('run.run_dir="/tmp/x\\u0000y"', "holds a control character ('\\x00')"),
         ('run.run_dir="/tmp/a', "the value is not valid TOML"),  # was taken as the text "/tmp/a
         ("train.seed=99999999999999999999", "it must be <= 4294967295"),
