@@ -98,7 +98,67 @@ def _rng_short(state: dict[str, Any]) -> None:
     state["rng"]["torch"] = state["rng"]["torch"][:10]
 
 
+def _model_as_lists(state: dict[str, Any]) -> None:
+    state["model"] = {k: v.tolist() for k, v in state["model"].items()}
+
+
+def _weights_as(dtype: torch.dtype) -> Callable[[dict[str, Any]], None]:
+    def change(state: dict[str, Any]) -> None:
+        name = next(iter(state["model"]))
+        state["model"][name] = state["model"][name].to(dtype)
+
+    return change
+
+
+def _nan_weight(state: dict[str, Any]) -> None:
+    name = next(iter(state["model"]))
+    state["model"][name] = torch.full_like(state["model"][name], float("nan"))
+
+
+def _group(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(state: dict[str, Any]) -> None:
+        state["optimizer"]["param_groups"][0][key] = value
+
+    return change
+
+
+def _exp_avg_shape(state: dict[str, Any]) -> None:
+    first = next(iter(state["optimizer"]["state"].values()))
+    first["exp_avg"] = torch.zeros(3)
+
+
+def _scheduler(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(state: dict[str, Any]) -> None:
+        state["scheduler"][key] = value
+
+    return change
+
+
+def _meter(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(state: dict[str, Any]) -> None:
+        state["meter"][key] = value
+
+    return change
+
+
 ALTERATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "weights as lists": (_model_as_lists, "its weights are no tensors"),
+    "int64 weights": (_weights_as(torch.int64), "is torch.int64 there and torch.float32 here"),
+    "NaN weights": (_nan_weight, "holds NaN or infinite values"),
+    "lr as text": (_group("lr", "x"), "its optimizer state does not load"),
+    "betas of text": (_group("betas", ("a", 0.9)), "its optimizer state does not load"),
+    "NaN lr": (_group("lr", float("nan")), "its optimizer state does not load"),
+    "exp_avg of another shape": (_exp_avg_shape, "its optimizer state does not load"),
+    "base_lrs as text": (_scheduler("base_lrs", ["x"]), "its scheduler state does not load"),
+    "base_lrs empty": (_scheduler("base_lrs", []), "its scheduler state does not load"),
+    "loss window of 3": (_meter("loss_sum", torch.zeros(3)), "its loss window state"),
+    "skipped as float": (_meter("skipped", torch.tensor(0.5)), "its loss window state"),
+    "micro batches 2**70": (_meter("micro_batches", 2**70), "its loss window state"),
+    "preset as a list": (_set("preset", ["a"]), "names no preset (['a'])"),
+    "world size as text": (_set("world_size", "x"), "has world_size = 'x', not a count"),
+    "world size 0": (_set("world_size", 0), "has world_size = 0, not a count"),
+    "val_acc as text": (_set("val_acc", "x"), "has val_acc = 'x', not a number"),
+    "epoch_step past the epoch": (_set("epoch_step", 1000), "is at step 1000 of an epoch of"),
     "negative step": (_set("step", -5), "has step = -5, not a count"),
     "step as text": (_set("step", "12"), "has step = '12', not a count"),
     "huge epoch": (_set("epoch", 2**70), "has epoch = "),

@@ -256,6 +256,11 @@ def find_latest(run_dir: Path, skipped: list[str] | None = None) -> Path:
 def check_compatible(state: dict[str, Any], model: torch.nn.Module, preset: str) -> None:
     """Refuse a checkpoint of another preset or model, naming the mismatch."""
     saved_preset = state.get("preset")
+    if saved_preset is not None and not isinstance(saved_preset, str):
+        raise CheckpointError(
+            f"checkpoint names no preset ({saved_preset!r:.40}); it was altered: resume from "
+            "another checkpoint."
+        )
     if saved_preset and saved_preset != preset:
         raise CheckpointError(
             f"checkpoint is of preset '{saved_preset}', this run is '{preset}'; "
@@ -275,4 +280,9 @@ def check_compatible(state: dict[str, Any], model: torch.nn.Module, preset: str)
             raise CheckpointError(
                 f"checkpoint does not fit this model: {key} has shape "
                 f"{tuple(saved[key].shape)} there and {tuple(tensor.shape)} here."
+            )
+        if saved[key].dtype != tensor.dtype:
+            raise CheckpointError(
+                f"checkpoint does not fit this model: {key} is {saved[key].dtype} there and "
+                f"{tensor.dtype} here."
             )

@@ -8,6 +8,7 @@ so the first logged loss after a resume is bit-identical to the straight run's.
 
 from __future__ import annotations
 
+import math
 import platform
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -96,12 +97,29 @@ def check_resumable(cfg: Config, state: dict[str, Any]) -> None:
     dir is touched: a resume refused here writes nothing (not config.toml, not a record).
     Builds the data (to know the model's input) and the model once more: ~0.5 s."""
     where = f"checkpoint {state.get(SOURCE_KEY, '')}".rstrip()
-    for key in POSITION_KEYS:
-        value = state.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
+    counts: dict[str, Any] = {key: state.get(key) for key in POSITION_KEYS}
+    if state.get("world_size") is not None:  # older checkpoints have none
+        counts["world_size"] = state["world_size"]
+    if isinstance(state.get("steps_per_epoch"), int):
+        counts["steps_per_epoch"] = state["steps_per_epoch"]
+    for key, value in counts.items():
+        low = 1 if key in ("world_size", "steps_per_epoch") else 0
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**53:
             raise CheckpointError(
-                f"{where} has {key} = {value!r}, not a count; it was altered or not "
+                f"{where} has {key} = {value!r:.40}, not a count; it was altered or not "
                 "written by tuitrain: resume from another checkpoint."
+            )
+    if "steps_per_epoch" in counts and counts["epoch_step"] > counts["steps_per_epoch"]:
+        raise CheckpointError(
+            f"{where} is at step {counts['epoch_step']} of an epoch of "
+            f"{counts['steps_per_epoch']} steps; it was altered: resume from another checkpoint."
+        )
+    for key in ("val_acc", "val_loss"):
+        value = state.get(key)
+        if value is not None and not (_is_number(value) and math.isfinite(value)):
+            raise CheckpointError(
+                f"{where} has {key} = {value!r:.40}, not a number; it was altered: resume "
+                "from another checkpoint."
             )
     saved = rng_state()  # building a model draws from the RNGs: leave the caller's as they were
     try:
@@ -124,14 +142,31 @@ def _try_restore(cfg: Config, state: dict[str, Any], where: str) -> None:
     part = "model"
     try:
         model.load_state_dict(state["model"])
+        for name, tensor in model.state_dict().items():
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise ValueError(f"{name} holds NaN or infinite values")
         part = "optimizer"
         optimizer = make_optimizer(list(model.parameters()), cfg.optim)
+        fresh = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
         optimizer.load_state_dict(state["optimizer"])
+        for group in optimizer.param_groups:
+            for key, own in fresh.items():
+                if not _same_kind(group.get(key), own):
+                    raise ValueError(f"{key} = {group.get(key)!r:.40}")
         part = "scheduler"
         scheduler = state["scheduler"]
         if not isinstance(scheduler, dict) or not isinstance(scheduler.get("last_epoch"), int):
             raise ValueError("no last_epoch count")
-        make_schedule(optimizer, cfg.optim, 1).load_state_dict(dict(scheduler))
+        schedule = make_schedule(optimizer, cfg.optim, 1)
+        schedule.load_state_dict(dict(scheduler))
+        part = "optimizer"  # one step of the copy: what the first resumed step will do
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+        part = "scheduler"
+        schedule.step()
+        if not all(_is_number(lr) and math.isfinite(lr) for lr in schedule.get_last_lr()):
+            raise ValueError(f"learning rates {schedule.get_last_lr()!r:.60}")
         part = "scaler"
         scaler = state.get("scaler")
         if scaler and not isinstance(scaler.get("scale"), (int, float)):
@@ -140,10 +175,19 @@ def _try_restore(cfg: Config, state: dict[str, Any], where: str) -> None:
         set_rng_state(state["rng"])  # the caller puts its own back
         part = "loss window"
         meter = state["meter"]
+        loss_sum, skipped, micro = meter["loss_sum"], meter["skipped"], meter["micro_batches"]
         if not (
-            isinstance(meter.get("loss_sum"), torch.Tensor)
-            and isinstance(meter.get("skipped"), torch.Tensor)
-            and isinstance(meter.get("micro_batches"), int)
+            isinstance(loss_sum, torch.Tensor)
+            and loss_sum.dim() == 0
+            and loss_sum.is_floating_point()
+            and bool(torch.isfinite(loss_sum))
+            and isinstance(skipped, torch.Tensor)
+            and skipped.dim() == 0
+            and not skipped.is_floating_point()
+            and not skipped.is_complex()
+            and isinstance(micro, int)
+            and not isinstance(micro, bool)
+            and 0 <= micro < 2**53
         ):
             raise ValueError("not a loss window")
     except CheckpointError:
@@ -154,6 +198,28 @@ def _try_restore(cfg: Config, state: dict[str, Any], where: str) -> None:
             f"{where}: its {part} state does not load into this run ({detail}); it was "
             "altered or saved by another version: resume from another checkpoint."
         ) from None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _same_kind(value: object, own: object) -> bool:
+    """An optimizer group's loaded setting against this run's own: a finite number where a
+    number goes, a flag where a flag goes, a tuple of numbers (betas) of the same length."""
+    if own is None or isinstance(own, str):
+        return True
+    if isinstance(own, bool):
+        return isinstance(value, bool)
+    if isinstance(own, (tuple, list)):
+        return (
+            isinstance(value, (tuple, list))
+            and len(value) == len(own)
+            and all(_same_kind(v, o) for v, o in zip(value, own, strict=True))
+        )
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1 and bool(torch.isfinite(value).all())
+    return _is_number(value) and math.isfinite(value)  # type: ignore[arg-type]
 
 
 def restore(trainer: Trainer, state: dict[str, Any]) -> str | None:
