@@ -17,6 +17,7 @@ from tuitrain.config import DEFAULT_PRESET, Config, describe_presets, load_prese
 from tuitrain.errors import EXIT_SIGINT, EXIT_USAGE, UserError
 from tuitrain.launch import resume_config, run_headless
 from tuitrain.signals import defer_signals
+from tuitrain.stdio import guard_std_streams, print_out, say, stdout_gone
 
 ENVIRONMENT_HELP = """environment:
   TUITRAIN_DATA        folder with Fashion-MNIST's IDX files (after --data-dir)
@@ -146,7 +147,7 @@ def list_presets() -> int:
     width = max((len(name) for name, _ in rows), default=0)
     for name, desc in rows:
         default = " (default)" if name == DEFAULT_PRESET else ""
-        print(f"{name:<{width}}  {desc}{default}")
+        print_out(f"{name:<{width}}  {desc}{default}")
     return 0
 
 
@@ -181,11 +182,16 @@ def world_size() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    guard_std_streams()  # `tuitrain >&-`: no None streams, no file on fd 1
     try:
         code = _main(argv)
     except KeyboardInterrupt:  # Ctrl-C before the run's own handler is installed (imports)
-        print("tuitrain: stopped by SIGINT before training started.", file=sys.stderr)
+        say("tuitrain: stopped by SIGINT before training started.")
         code = EXIT_SIGINT
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):  # `| head`: the reader left; the interpreter's flush too
+        stdout_gone()
     if argv is None and world_size() > 1:
         exit_rank(code)
     return code

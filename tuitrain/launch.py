@@ -20,6 +20,7 @@ from tuitrain import __version__
 from tuitrain.config import Config
 from tuitrain.errors import EXIT_FAILED, EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM, UserError
 from tuitrain.signals import LAUNCHER_ENV, SIGNAL_NAMES, defer_signals, early_signal
+from tuitrain.stdio import print_out
 
 if TYPE_CHECKING:
     from tuitrain.host import RunHost
@@ -143,7 +144,7 @@ def headless_outputs(host: RunHost, log: IO[str]) -> list[Sink]:
     from tuitrain.metrics.sinks import ConsoleSink, JsonlSink
 
     assert host.run_dir is not None
-    print(f"tuitrain {__version__}: preset {host.cfg.name}, run dir {host.run_dir}", flush=True)
+    print_out(f"tuitrain {__version__}: preset {host.cfg.name}, run dir {host.run_dir}")
     return [JsonlSink(host.run_dir / "metrics.jsonl"), ConsoleSink(), ConsoleSink(log, log)]
 
 

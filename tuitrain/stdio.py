@@ -51,6 +51,40 @@ def native_stderr_to(path: Path) -> Iterator[None]:
         os.close(log_fd)
 
 
+def guard_std_streams() -> None:
+    """Started with a standard stream closed (`>&-`, `2>&-`): /dev/null goes on fds 0-2, so
+    no file a run opens takes their number (a stray write to fd 1 would land in it), and
+    sys.stdout / sys.stderr are streams, never None."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    for name in ("stdin", "stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "r" if name == "stdin" else "w"))  # noqa: SIM115
+
+
+def stdout_gone() -> None:
+    """stdout's reader went away (EPIPE: `| head`): what is still buffered, later lines and
+    the interpreter's last flush go to /dev/null instead of raising."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+
+
+def print_out(line: str) -> None:
+    """One line on stdout, flushed; a stdout nobody reads any more is dropped, not an error."""
+    try:
+        print(line, flush=True)
+    except (OSError, ValueError):
+        stdout_gone()
+
+
 def say(message: str) -> None:
     """One line on stderr; nothing when the terminal is gone (hung up: EIO)."""
     with contextlib.suppress(OSError, ValueError):
