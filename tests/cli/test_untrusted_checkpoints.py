@@ -3,6 +3,7 @@ one sentence (issue 19, points 6, 7 and 10)."""
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -193,8 +194,30 @@ def test_the_untouched_checkpoint_passes_the_check(saved_run: Path) -> None:
     state = load_checkpoint(find_latest(saved_run))
     cfg = load_preset("fashion-mini", ["data.train_samples=512", "data.val_samples=256"])
     rng_before = torch.get_rng_state()
+    before = copy.deepcopy(state)
     check_resumable(cfg, state)  # does not raise
     assert torch.equal(torch.get_rng_state(), rng_before)  # the caller's RNG is left alone
+    # the state itself is untouched: the trial optimizer step once moved the Adam moments of
+    # the dict the run then resumed from (load_state_dict keeps tensors it need not cast)
+    flat_before, flat_after = flatten(before), flatten(state)
+    assert flat_before.keys() == flat_after.keys()
+    for key, value in flat_before.items():
+        same = torch.equal(value, flat_after[key]) if isinstance(value, torch.Tensor) else None
+        assert same is not False, key
+        assert same or value == flat_after[key], key
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Every leaf of a nested state as {'optimizer.state.0.exp_avg': tensor, ...}."""
+    if isinstance(value, dict):
+        return {
+            k: v for key, item in value.items() for k, v in flatten(item, f"{prefix}{key}.").items()
+        }
+    if isinstance(value, (list, tuple)):
+        return {
+            k: v for i, item in enumerate(value) for k, v in flatten(item, f"{prefix}{i}.").items()
+        }
+    return {prefix: value}
 
 
 FACTORY = """

@@ -8,6 +8,7 @@ so the first logged loss after a resume is bit-identical to the straight run's.
 
 from __future__ import annotations
 
+import copy
 import math
 import platform
 from pathlib import Path
@@ -148,7 +149,9 @@ def _try_restore(cfg: Config, state: dict[str, Any], where: str) -> None:
         part = "optimizer"
         optimizer = make_optimizer(list(model.parameters()), cfg.optim)
         fresh = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
-        optimizer.load_state_dict(state["optimizer"])
+        # a deep copy: load_state_dict keeps the checkpoint's own tensors where dtype and
+        # device match, and the trial step below would change the moments the run resumes
+        optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
         for group in optimizer.param_groups:
             for key, own in fresh.items():
                 if not _same_kind(group.get(key), own):
@@ -158,7 +161,7 @@ def _try_restore(cfg: Config, state: dict[str, Any], where: str) -> None:
         if not isinstance(scheduler, dict) or not isinstance(scheduler.get("last_epoch"), int):
             raise ValueError("no last_epoch count")
         schedule = make_schedule(optimizer, cfg.optim, 1)
-        schedule.load_state_dict(dict(scheduler))
+        schedule.load_state_dict(copy.deepcopy(scheduler))
         part = "optimizer"  # one step of the copy: what the first resumed step will do
         for p in model.parameters():
             p.grad = torch.zeros_like(p)
