@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from tuitrain.config import INT_MAX, SECTIONS, ConfigError, config_from_dict, load_preset
@@ -251,7 +251,21 @@ def metrics_lines(draw: st.DrawFn) -> bytes:
     return b"\n".join(lines) + draw(st.sampled_from([b"\n", b""]))
 
 
+# Lines that once broke a reader: JSON nested deeper than the parser's recursion limit, an
+# integer of 5,000 digits, numbers past a float and an int64 step, fields of other types.
+HOSTILE = [
+    b"[" * 100_000,
+    b'{"type": "train", "step": 1, "loss": ' + b"9" * 5000 + b"}",
+    b'{"type": "train", "step": 1, "loss": ' + b"9" * 400 + b"}",
+    b'{"type": "train", "step": 1000000000000000000000000000000, "loss": 1.0}',
+    b'{"type": "train", "step": "x", "loss": "y", "samples_per_s": []}',
+    b'{"type": "header", "config": [null], "params": [], "total_steps": "x"}',
+    b'{"type": "header", "config": {"train": [1]}, "params": {}}',
+]
+
+
 @FAST
+@example(b"\n".join(HOSTILE) + b"\n")
 @given(metrics_lines())
 def test_any_metrics_file_is_followed_and_summarised(content: bytes) -> None:
     """The viewer's whole path from bytes to text: follow, store, snapshot, summary rows."""
@@ -273,20 +287,22 @@ def test_any_metrics_file_is_followed_and_summarised(content: bytes) -> None:
 
 
 @settings(SLOW, max_examples=60)
-@given(metrics_lines())
-def test_export_of_any_metrics_file_exits_0_or_2(content: bytes) -> None:
+@example(b"\n".join(HOSTILE) + b'\n{"type": "eval", "step": 2, "val_acc": 0.5}\n', "tensorboard")
+@example(b"\n".join(HOSTILE) + b'\n{"type": "eval", "step": 2, "val_acc": 0.5}\n', "csv")
+@example(b"\n".join(HOSTILE) + b"\n", "csv")
+@given(metrics_lines(), st.sampled_from(["csv", "tensorboard"]))
+def test_export_of_any_metrics_file_exits_0_or_2(content: bytes, fmt: str) -> None:
     from tuitrain.export import main as export_main
 
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "metrics.jsonl").write_bytes(content)
         err = io.StringIO()
         with redirect_stderr(err):
-            code = export_main([folder, "--format", "csv", "--out", str(Path(folder) / "out.csv")])
+            code = export_main([folder, "--format", fmt, "--out", str(Path(folder) / "out")])
         assert code in (0, 2), err.getvalue()
         if code == 2:
             assert one_line(err.getvalue()), err.getvalue()
-        event(f"exit {code}")
-        event(f"export exit {code}")
+        event(f"export {fmt} exit {code}")
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -416,3 +432,15 @@ def test_the_command_line_exits_0_or_2_with_one_line(
         if code == 2:
             assert one_line(err.getvalue()), err.getvalue()
         event(f"exit {code}")
+
+
+@FAST
+@example(b"[" * 100_000 + b"\n")
+@example(b'{"type": "train", "loss": ' + b"9" * 5000 + b"}\n")
+@given(st.binary(max_size=200))
+def test_watch_probes_any_first_line(line: bytes) -> None:
+    """`tuitrain watch FILE` reads the first line to tell a metrics file from something else;
+    a line nested past the JSON parser's recursion limit used to raise (exit 1)."""
+    from tuitrain.watch import looks_like_a_record
+
+    assert looks_like_a_record(line) in (True, False)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tuitrain.errors import EXIT_USAGE, UserError
-from tuitrain.metrics.records import TRAIN_FIELDS, Record
+from tuitrain.metrics.records import TRAIN_FIELDS, Record, clean_record
 from tuitrain.metrics.sinks import Sink
 
 # CSV columns: one row per train or eval record, validation columns filled on eval rows.
@@ -94,13 +94,14 @@ def read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             continue
         try:
             record = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, 5000 digits, deep nesting
             bad.append(number)
             continue
-        if isinstance(record, dict) and "type" in record:
-            records.append(record)
-        else:
+        record = clean_record(record) if isinstance(record, dict) else None
+        if record is None:  # no record of the contract (no text "type")
             bad.append(number)
+            continue
+        records.append(record)
     if bad:
         shown = ", ".join(map(str, bad[:5])) + (" …" if len(bad) > 5 else "")
         notes.append(f"{len(bad)} line(s) that are not records left out (line {shown})")

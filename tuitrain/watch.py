@@ -172,7 +172,7 @@ def looks_like_a_record(first_line: bytes) -> bool:
         return len(first_line) < PROBE_BYTES and first_line[:1] in (b"", b"{")
     try:
         rec = json.loads(first_line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return isinstance(rec, dict) and "type" in rec
 

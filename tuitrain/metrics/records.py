@@ -186,7 +186,10 @@ PER_RANK_FIELDS = frozenset({"rank_step_time_s", "rank_busy_s"})
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A number a float and an int64 step can hold (JSON allows 10**400)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return not isinstance(value, int) or -(2**63) <= value < 2**63
 
 
 def clean_record(raw: Mapping[str, Any]) -> dict[str, Any] | None:
