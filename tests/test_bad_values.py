@@ -64,3 +64,64 @@ def test_a_run_dir_with_a_newline_writes_nothing(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "holds a control character" in proc.stderr and proc.stderr.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+LONG = "/tmp/" + "a" * 300  # one name over NAME_MAX: the system refuses to look it up
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["--preset", LONG + ".toml"], id="preset"),
+        pytest.param(["--resume", LONG], id="resume"),
+        pytest.param(["--resume", "auto", "--run-dir", LONG], id="resume-auto-run-dir"),
+        pytest.param(["--run-dir", LONG], id="run-dir"),
+        pytest.param(["--data-dir", LONG], id="data-dir"),
+    ],
+)
+def test_a_path_the_system_refuses_is_one_sentence(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Path.is_file() raises for a name too long (ENAMETOOLONG): it ended in a traceback."""
+    from tuitrain.cli import main
+
+    assert main(["--no-ui", "--max-steps", "1", *args]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be looked up (File name too long); pass another path." in err
+    assert err.count("\n") == 1
+
+
+def test_watch_and_tuitrain_data_with_a_path_the_system_refuses(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tuitrain.engine.idx import locate_fashion_mnist
+    from tuitrain.errors import UserError
+    from tuitrain.watch import main as watch_main
+
+    assert watch_main([LONG]) == 2
+    assert "watch target /tmp/aaa" in capsys.readouterr().err
+    monkeypatch.setenv("TUITRAIN_DATA", LONG)
+    with pytest.raises(UserError, match="TUITRAIN_DATA /tmp/aaa.* cannot be looked up"):
+        locate_fashion_mnist()
+
+
+def test_an_empty_resume_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--resume ''` used to be ignored: a fresh run started."""
+    from tuitrain.cli import main
+
+    assert main(["--no-ui", "--resume", ""]) == 2
+    assert "--resume is empty" in capsys.readouterr().err
+
+
+def test_idx_dimensions_whose_product_wraps(tmp_path: Path) -> None:
+    """2^22 x 2^21 x 2^21 is 2^64: numpy's int64 product wrapped to 0, so a 16-byte file
+    passed the length check and reshape failed ("numel: integer multiplication overflow")."""
+    import struct
+
+    from tuitrain.engine.idx import read_idx
+    from tuitrain.errors import UserError
+
+    path = tmp_path / "train-images-idx3-ubyte"
+    path.write_bytes(bytes([0, 0, 8, 3]) + struct.pack(">III", 2**22, 2**21, 2**21))
+    with pytest.raises(UserError, match="implies"):
+        read_idx(path, 3)

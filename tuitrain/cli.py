@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from tuitrain import __version__
 from tuitrain.config import DEFAULT_PRESET, Config, describe_presets, load_preset, overrides_from
-from tuitrain.errors import EXIT_SIGINT, EXIT_USAGE, UserError
+from tuitrain.errors import EXIT_SIGINT, EXIT_USAGE, UserError, usable_path
 from tuitrain.launch import resume_config, run_headless
 from tuitrain.signals import defer_signals
 from tuitrain.stdio import guard_std_streams, print_out, say, stdout_gone
@@ -240,6 +240,12 @@ def _main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.preset is not None and not args.preset.strip():
             raise UserError("--preset is empty; name one from tuitrain --list-presets or a file.")
+        if args.resume is not None and not args.resume.strip():
+            raise UserError("--resume is empty; pass a checkpoint file, or auto with --run-dir.")
+        for flag, value in (("--resume", args.resume), ("--run-dir", args.run_dir),
+                            ("--data-dir", args.data_dir), ("--preset", args.preset)):  # fmt: skip
+            if value and value != "auto":
+                usable_path(value, flag)
         overrides = args.overrides + flag_overrides(args)
         if args.nproc is not None and "WORLD_SIZE" not in os.environ:
             from tuitrain.launch import launch_nproc

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -26,3 +29,21 @@ class TrainingError(Exception):
         super().__init__(message)
         self.hint = hint
         self.step = step
+
+
+def usable_path(path: str | Path, what: str) -> Path:
+    """`path` (~ expanded) once the system can look it up; a name it refuses outright (too
+    long: ENAMETOOLONG, a loop of links, no permission to look) is one sentence naming
+    `what`. A path that does not exist is fine here: the caller says what that means."""
+    found = Path(path).expanduser()
+    try:
+        found.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except OSError as exc:
+        reason = exc.strerror or errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+        shown = str(found) if len(str(found)) <= 80 else str(found)[:77] + "..."
+        raise UserError(
+            f"{what} {shown} cannot be looked up ({reason}); pass another path."
+        ) from None
+    return found

@@ -29,7 +29,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tuitrain.errors import EXIT_USAGE
+from tuitrain.errors import EXIT_USAGE, UserError, usable_path
 
 RUN_FILES = ("metrics.jsonl", "config.toml", "train.log")  # what a run dir holds early on
 MAX_POLL_S = 3600.0  # --poll: seconds between file checks, above 0 and at most this
@@ -87,7 +87,10 @@ def check_target(target: str, *, strict: bool) -> Path:
     without any run file; one run may be watched before its run starts writing."""
     from tuitrain.metrics.follow import resolve_metrics_path
 
-    given = Path(target).expanduser()
+    try:
+        given = usable_path(target, "watch target")
+    except UserError as exc:
+        raise WatchError(str(exc)) from None
     path = given if given.is_file() else resolve_metrics_path(target)  # a file is the file
     if given.exists() and not (given.is_dir() or given.is_file()):
         raise WatchError(

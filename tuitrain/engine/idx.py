@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import math
 import os
 import shutil
 import socket
@@ -26,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tuitrain.errors import UserError
+from tuitrain.errors import UserError, usable_path
 
 # split -> (images file, labels file), without the optional ".gz"
 FILE_NAMES: dict[str, tuple[str, str]] = {
@@ -78,7 +79,7 @@ def read_idx(path: Path, ndim: int | None = None) -> torch.Tensor:
     if len(data) < header:
         raise UserError(f"{path} is truncated (its header is incomplete); download it again.")
     shape = tuple(int(d) for d in np.frombuffer(data, dtype=">u4", count=dims_count, offset=4))
-    expected = header + int(np.prod(shape, dtype=np.int64))
+    expected = header + math.prod(shape)  # Python ints: np.prod wraps past 2**63
     if len(data) != expected:
         raise UserError(
             f"{path} has {len(data)} bytes where its header {shape} implies {expected};"
@@ -153,7 +154,7 @@ def locate_fashion_mnist(data_dir: str = "", log: Log | None = None) -> Path:
     """The folder holding Fashion-MNIST's four IDX files, searched in the documented order."""
     if data_dir:
         # an explicit --data-dir that is wrong must not silently fall back to another copy
-        explicit = Path(data_dir).expanduser()
+        explicit = usable_path(data_dir, "--data-dir")
         found = fashion_dir_in(explicit)
         if found is None:
             names = ", ".join(f"{stem}(.gz)" for pair in FILE_NAMES.values() for stem in pair)
@@ -165,7 +166,7 @@ def locate_fashion_mnist(data_dir: str = "", log: Log | None = None) -> Path:
         return found
     candidates = [user_cache_dir(), SYSTEM_DIR]
     if os.environ.get("TUITRAIN_DATA"):
-        candidates.insert(0, Path(os.environ["TUITRAIN_DATA"]).expanduser())
+        candidates.insert(0, usable_path(os.environ["TUITRAIN_DATA"], "TUITRAIN_DATA"))
     for folder in candidates:
         found = fashion_dir_in(folder)
         if found is not None:
