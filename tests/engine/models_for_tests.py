@@ -102,15 +102,19 @@ def slow_on_rank_1(num_classes: int) -> nn.Module:
 
 
 class _RaiseInEval(nn.Module):
-    """A tiny MLP that trains but raises in evaluation (a bug in a user's model that shows
-    between steps, where the trained state is whole)."""
+    """A tiny MLP that trains but raises in evaluation once it has trained (a bug in a user's
+    model that shows between steps, where the trained state is whole; the dry forward before
+    training, in eval mode too, goes through)."""
 
     def __init__(self, num_classes: int) -> None:
         super().__init__()
         self.net = tiny_mlp(num_classes)
+        self.trained = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training:
+        if self.training:
+            self.trained = True
+        elif self.trained:
             raise RuntimeError("the test model breaks in evaluation")
         return self.net(x)
 

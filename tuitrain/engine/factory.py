@@ -1,4 +1,5 @@
-"""Load user factories named 'package.module:function' (models and datasets)."""
+"""Load user factories named 'package.module:function' (models and datasets), and describe
+what user code raised in one line."""
 
 from __future__ import annotations
 
@@ -6,7 +7,38 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from tuitrain.errors import UserError
+
+_LINE_MAX = 200
+
+
+def error_line(exc: BaseException) -> str:
+    """'Type: first line of the message', short; for an exception a DataLoader worker raised
+    (re-raised in this process as 'Caught Type in DataLoader worker process N. Original
+    Traceback ...'), the worker's own last line, which names the error."""
+    text = str(exc).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if lines and lines[0].startswith("Caught ") and "Original Traceback" in text:
+        line = lines[-1]  # 'KeyError: 7' as the worker saw it
+    else:
+        line = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return line if len(line) <= _LINE_MAX else line[: _LINE_MAX - 1] + "…"
+
+
+def is_memory_error(exc: BaseException) -> bool:
+    """Out of memory: a device OOM, or the CPU allocator (or Python) refusing an allocation.
+
+    Memory is not the user code's fault nor ours; callers let it through to be reported as
+    out of memory."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and (
+        "DefaultCPUAllocator" in text
+        and ("can't allocate memory" in text or "not enough memory" in text)
+    )
 
 
 def load_factory(spec: str, key: str) -> Callable[..., Any]:
@@ -14,12 +46,21 @@ def load_factory(spec: str, key: str) -> Callable[..., Any]:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise UserError(f"{key} = {spec!r} must look like 'package.module:function'.")
+    if module_name.startswith("."):
+        raise UserError(
+            f"{key} = {spec!r} names a relative module; write the full name, "
+            "'package.module:function'."
+        )
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise UserError(
             f"{key} = {spec!r}: cannot import {module_name} ({exc}); "
             "is it installed or on PYTHONPATH?"
+        ) from exc
+    except Exception as exc:  # a SyntaxError, or the module raised while it was imported
+        raise UserError(
+            f"{key} = {spec!r}: importing {module_name} raised {error_line(exc)}; fix the module."
         ) from exc
     obj: object = module
     for part in attr.split("."):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import platform
+import re
 import time
 import traceback
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import tuitrain
 from tuitrain.config import Config
 from tuitrain.engine.control import Control
 from tuitrain.engine.device import device_name, tf32_active, unused_gpu_warning
+from tuitrain.engine.factory import is_memory_error
 from tuitrain.engine.setup import DistInfo, RunParts, build_parts
 from tuitrain.engine.trainer import Trainer
 from tuitrain.errors import EXIT_FAILED, EXIT_OK, TrainingError, UserError
@@ -237,6 +239,22 @@ def describe_failure(exc: BaseException, trainer: Trainer | None) -> tuple[str, 
             f"out of memory at step {step} (batch {batch})",
             "try a smaller data.batch_size with optim.grad_accum=2 or more, "
             "--precision bf16 or fp16, or model.channels_last=false",
+            False,
+        )
+    if is_memory_error(exc):  # the CPU allocator (or Python) refused: host memory, same policy
+        wanted = re.search(r"allocate (\d+) bytes", str(exc))
+        size = f" ({int(wanted[1]) / 2**30:.1f} GiB at once)" if wanted else ""
+        if trainer is None:  # building the data or the model
+            return (
+                f"out of host memory while building the data and the model{size}",
+                "lower data.image_size, data.train_samples or data.val_samples, "
+                "or use a smaller model",
+                False,
+            )
+        return (
+            f"out of host memory at step {trainer.step + 1} (batch {trainer.batch_size}){size}",
+            "try a smaller data.batch_size with optim.grad_accum=2 or more, "
+            "a smaller data.image_size or a smaller model",
             False,
         )
     if isinstance(exc, torch.distributed.DistError) or "gloo" in str(exc).lower():

@@ -15,8 +15,10 @@ from torch import nn
 from tuitrain.config import Config, OptimConfig
 from tuitrain.engine.data import DataBundle, build_data
 from tuitrain.engine.device import resolve_device
+from tuitrain.engine.factory import error_line, is_memory_error
 from tuitrain.engine.models import build_model
 from tuitrain.engine.precision import Precision, make_precision
+from tuitrain.errors import UserError
 
 
 @dataclass(slots=True)
@@ -142,10 +144,12 @@ def build_parts(cfg: Config, dist: DistInfo) -> RunParts:
     data = build_data(
         cfg.data, device, cfg.train.seed, dist.rank, dist.world_size, cfg.model.channels_last
     )
+    check_grad_accum(cfg, len(data.train))
     model = build_model(cfg.model.name, data.num_classes, cfg.model.dropout, data.input_shape)
     model = model.to(device)
     if cfg.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    dry_forward(model, cfg, data, device, precision)
     train_model, ddp = wrap_model(model, cfg, device, dist)
     optimizer = make_optimizer(list(model.parameters()), cfg.optim)
     steps_per_epoch = max(len(data.train) // cfg.optim.grad_accum, 1)
@@ -165,6 +169,61 @@ def build_parts(cfg: Config, dist: DistInfo) -> RunParts:
         total_steps=total,
         ddp=ddp,
     )
+
+
+def check_grad_accum(cfg: Config, train_batches: int) -> None:
+    """A step takes grad_accum batches: an epoch with fewer would end before its first step."""
+    accum = cfg.optim.grad_accum
+    if train_batches < accum:
+        raise UserError(
+            f"optim.grad_accum = {accum} needs {accum} batches per epoch, but the train split"
+            f" gives {train_batches} on this rank (data.batch_size = {cfg.data.batch_size}):"
+            " lower optim.grad_accum or data.batch_size, or train on more samples."
+        )
+
+
+def dry_forward(
+    model: nn.Module, cfg: Config, data: DataBundle, device: torch.device, precision: Precision
+) -> None:
+    """Run the model once on one zero input of the data's shape, in eval mode without
+    gradients, and check it gives (1, num_classes) logits: a model that does not fit the
+    data fails here in one sentence, not in the first step (or the first evaluation).
+
+    Eval mode draws no random numbers (dropout is off) and leaves batch-norm statistics
+    alone; the RNG states are put back anyway, for models that draw in eval mode."""
+    shape = (1, *data.input_shape)
+    x = torch.zeros(shape, device=device)
+    if cfg.model.channels_last and x.ndim == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    name, wanted = cfg.model.name, (1, data.num_classes)
+    cuda = [device] if device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=cuda), torch.no_grad(), precision.autocast():
+            model.eval()
+            out = model(x)
+    except UserError:
+        raise
+    except Exception as exc:
+        if is_memory_error(exc):
+            raise  # reported as out of memory, with its advice
+        raise UserError(
+            f"model.name = {name!r} fails on an input of the data's shape {shape}"
+            f" ({error_line(exc)}); make the model fit the data or the data the model."
+        ) from exc
+    finally:
+        model.train()
+    if not isinstance(out, torch.Tensor):
+        raise UserError(
+            f"model.name = {name!r} returns a {type(out).__name__} for an input of shape"
+            f" {shape}; it must return a Tensor of logits of shape {wanted}."
+        )
+    if tuple(out.shape) != wanted or not out.is_floating_point():
+        got = f"{tuple(out.shape)}" + ("" if out.is_floating_point() else f" {out.dtype}")
+        raise UserError(
+            f"model.name = {name!r} returns logits of shape {got} for an input of shape"
+            f" {shape}; it must return float logits of shape {wanted}, one per class"
+            f" (data.num_classes = {data.num_classes})."
+        )
 
 
 def wrap_model(
