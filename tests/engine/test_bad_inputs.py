@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from tuitrain.config import Config, load_preset
+from tuitrain.config import Config, DataConfig, load_preset
+from tuitrain.engine import loader as loader_mod
 from tuitrain.engine import setup as setup_mod
+from tuitrain.engine.data import build_data
+from tuitrain.engine.idx import FILE_NAMES, write_idx
 from tuitrain.engine.runner import RunResult, describe_failure, run
 from tuitrain.engine.setup import DistInfo, build_parts
 from tuitrain.errors import UserError
@@ -32,6 +36,10 @@ def refused(*overrides: str) -> RunResult:
     assert isinstance(result.error, UserError)
     assert "\n" not in result.reason
     return result
+
+
+def user_data(name: str, *overrides: str) -> list[str]:
+    return [f'data.name="{BAD}:{name}"', "data.batch_size=16", "data.num_workers=0", *overrides]
 
 
 # --------------------------------------------------------------------------- A6: grad_accum
@@ -188,3 +196,123 @@ def test_dry_forward_leaves_train_mode_and_the_rng_as_they_were(
     monkeypatch.setattr(setup_mod, "dry_forward", lambda *args: None)
     build_parts(cfg, DistInfo())
     assert torch.equal(torch.get_rng_state(), after)  # as if there were no dry forward
+
+
+# --------------------------------------------------------------------------- C: datasets
+
+
+@pytest.mark.parametrize(
+    ("factory", "val_shape"),
+    [("val_smaller_images", "(1, 14, 14)"), ("val_three_channels", "(3, 28, 28)")],
+)
+def test_user_splits_with_different_input_shapes(factory: str, val_shape: str) -> None:
+    result = refused(*user_data(factory))
+    assert result.reason == (
+        f"the inputs of {BAD}:{factory} have shape (1, 28, 28) in the 'train' split but"
+        f" {val_shape} in the 'val' split; both splits must give inputs of one shape."
+    )
+
+
+def test_idx_splits_with_different_image_sizes(tmp_path: Path) -> None:
+    for split, size in (("train", 14), ("val", 28)):
+        image_stem, label_stem = FILE_NAMES[split]
+        write_idx(tmp_path / image_stem, torch.zeros(20, size, size, dtype=torch.uint8))
+        write_idx(tmp_path / label_stem, (torch.arange(20) % 10).to(torch.uint8))
+    with pytest.raises(UserError) as info:
+        build_data(DataConfig(data_dir=str(tmp_path), batch_size=4), CPU, seed=0)
+    assert str(info.value) == (
+        f"the images of Fashion-MNIST from {tmp_path} are 14x14 in the 'train' split but 28x28"
+        " in the 'val' split; both splits must have images of one size."
+    )
+
+
+def all_batches(name: str, num_workers: int = 0) -> None:
+    cfg = DataConfig(name=f"{BAD}:{name}", batch_size=16, num_workers=num_workers)
+    bundle = build_data(cfg, CPU, seed=0)
+    for source in (bundle.train, bundle.val):
+        for _ in source.batches(0):
+            pass
+
+
+def test_ragged_items() -> None:
+    with pytest.raises(UserError) as info:
+        all_batches("ragged")
+    assert str(info.value).startswith(
+        f"loading a batch of the 'train' split of {BAD}:ragged failed (RuntimeError: stack"
+        " expects each tensor to be equal size"
+    )
+    assert str(info.value).endswith(
+        "; fix the dataset: every item an (x, y) pair, x a Tensor of one shape, y an integer class."
+    )
+
+
+def test_string_labels_refused_at_build() -> None:
+    result = refused(*user_data("string_labels"))
+    assert result.reason == (
+        f"y in item 0 of the 'train' split of {BAD}:string_labels is a str ('cat'); labels"
+        " must be integer class indices (an int or a one-element integer Tensor)."
+    )
+
+
+def test_a_string_label_further_in() -> None:
+    with pytest.raises(UserError, match=rf"^loading a batch of the 'train' split of {BAD}"):
+        all_batches("string_label_later")
+
+
+def test_getitem_raising_in_the_first_item() -> None:
+    result = refused(*user_data("key_error_first"))
+    assert result.reason == (
+        f"item 0 of the 'train' split of {BAD}:key_error_first raised KeyError: 'image_0'; fix"
+        " the dataset's __getitem__."
+    )
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_getitem_raising_later(num_workers: int) -> None:
+    # with workers the error comes back from another process; the message is still its own
+    with pytest.raises(UserError) as info:
+        all_batches("key_error_later", num_workers)
+    assert str(info.value).startswith(
+        f"loading a batch of the 'train' split of {BAD}:key_error_later failed (KeyError:"
+        " 'image_9'); "
+    )
+
+
+def test_getitem_raising_later_ends_the_run_as_a_user_error() -> None:
+    result = refused(*user_data("key_error_later"))
+    assert "(KeyError: 'image_9')" in result.reason
+
+
+def test_negative_length() -> None:
+    result = refused(*user_data("negative_length"))
+    assert result.reason == (
+        f"len() of the dataset {BAD}:negative_length(split='train') failed (ValueError:"
+        " __len__() should return >= 0); its __len__ must return the number of items."
+    )
+
+
+def test_a_good_user_dataset_still_trains() -> None:
+    result = run(config(*user_data("good")), NullSink())
+    assert result.status == "completed", result.reason
+
+
+@pytest.mark.parametrize(
+    ("label", "ok"),
+    [
+        (3, True),
+        (np.int64(3), True),
+        (torch.tensor(3), True),
+        (torch.tensor([3], dtype=torch.uint8), True),
+        (np.array(3), True),
+        (True, False),
+        (3.0, False),
+        ("3", False),
+        (None, False),
+        (torch.tensor(3.0), False),
+        (torch.tensor([1, 2]), False),
+        (np.array(["cat"]), False),
+        (np.array([object()]), False),
+    ],
+)
+def test_what_counts_as_a_label(label: object, ok: bool) -> None:
+    assert loader_mod._is_class_index(label) is ok

@@ -198,9 +198,17 @@ def _fashion_bundle(ctx: SourceContext, log: Log | None) -> DataBundle:
         folder = locate_fashion_mnist(cfg.data_dir, log)
         where = f"from {folder}"
     name = f"Fashion-MNIST {where}"
+    splits = {split: read_split(folder, split) for split in SPLITS}
+    shapes = {split: tuple(images.shape[1:]) for split, (images, _) in splits.items()}
+    if shapes["train"] != shapes["val"]:
+        (th, tw), (vh, vw) = shapes["train"], shapes["val"]
+        raise UserError(
+            f"the images of {name} are {th}x{tw} in the 'train' split but {vh}x{vw} in the"
+            " 'val' split; both splits must have images of one size."
+        )
     sources: dict[str, BatchSource] = {}
     for split in SPLITS:
-        images, labels = read_split(folder, split)
+        images, labels = splits[split]
         n = limit_samples(len(labels), cfg.train_samples if split == "train" else cfg.val_samples)
         images, labels = images[:n].unsqueeze(1), labels[:n]  # N×1×H×W
         check_labels(labels, cfg.num_classes, split, name)  # once, on the CPU

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, Subset
 
@@ -29,7 +30,7 @@ from tuitrain.engine.data import (
     normalise,
     train_batch_count,
 )
-from tuitrain.engine.factory import load_factory
+from tuitrain.engine.factory import error_line, is_memory_error, load_factory
 from tuitrain.errors import UserError
 
 
@@ -124,12 +125,37 @@ class LoaderSource:
     def batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
         self._sampler.set_epoch(epoch, start * self._bs)
         device = self._ctx.device
-        for x, y in self._loader:
-            y = torch.as_tensor(y)
+        for x, y in self._loaded():
             check_labels(y, self._ctx.cfg.num_classes, self._split, self._name)  # CPU, no sync
             x = x.to(device, non_blocking=True)
             y = y.reshape(len(y)).to(device, non_blocking=True).long()
             yield self._as_float(x), y
+
+    def _loaded(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The loader's (x, y) batches on the CPU; what the dataset's items or the collation of
+        them raise (in this process or a worker's) is one sentence naming the dataset."""
+        batches = None
+        while True:
+            try:
+                if batches is None:
+                    batches = iter(self._loader)
+                x, y = next(batches)
+                if not isinstance(x, torch.Tensor):
+                    raise TypeError(f"x collates to a {type(x).__name__}, not a Tensor")
+                y = torch.as_tensor(y)
+            except StopIteration:
+                return
+            except UserError:
+                raise
+            except Exception as exc:
+                if is_memory_error(exc):
+                    raise  # reported as out of memory, with its advice
+                raise UserError(
+                    f"loading a batch of the '{self._split}' split of {self._name} failed"
+                    f" ({error_line(exc)}); fix the dataset: every item an (x, y) pair, x a"
+                    " Tensor of one shape, y an integer class."
+                ) from exc
+            yield x, y
 
     def _as_float(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.uint8:
@@ -161,28 +187,77 @@ def _user_dataset(cfg: DataConfig, split: str) -> Dataset:
             f"{cfg.name}(split={split!r}) returned a {type(dataset).__name__}; it must return a"
             " map-style torch Dataset (with __len__ and __getitem__)."
         )
-    n = len(dataset)
+    try:
+        n = len(dataset)
+    except Exception as exc:  # __len__ returned a negative number, a float, or raised
+        raise UserError(
+            f"len() of the dataset {cfg.name}(split={split!r}) failed ({error_line(exc)});"
+            " its __len__ must return the number of items."
+        ) from exc
     if n == 0:
         raise UserError(f"{cfg.name}(split={split!r}) returned an empty dataset.")
     limit = limit_samples(n, cfg.train_samples if split == "train" else cfg.val_samples)
     return Subset(dataset, range(limit)) if limit < n else dataset
 
 
-def _input_shape(dataset: Dataset, name: str) -> tuple[int, ...]:
+def _input_shape(dataset: Dataset, name: str, split: str) -> tuple[int, ...]:
     """The shape of one input, checking the item structure once with a clear message."""
-    item = dataset[0]
+    try:
+        item = dataset[0]
+    except Exception as exc:
+        if is_memory_error(exc):
+            raise
+        raise UserError(
+            f"item 0 of the '{split}' split of {name} raised {error_line(exc)}; fix the"
+            " dataset's __getitem__."
+        ) from exc
     if not (isinstance(item, (tuple, list)) and len(item) == 2):
         raise UserError(f"items of {name} must be (x, y) pairs, not {type(item).__name__}.")
-    if not isinstance(item[0], torch.Tensor):
-        raise UserError(f"x in the items of {name} is a {type(item[0]).__name__}, not a Tensor.")
-    return tuple(item[0].shape)
+    x, y = item
+    if not isinstance(x, torch.Tensor):
+        raise UserError(f"x in the items of {name} is a {type(x).__name__}, not a Tensor.")
+    if not _is_class_index(y):
+        raise UserError(
+            f"y in item 0 of the '{split}' split of {name} is {_short(y)}; labels must be"
+            " integer class indices (an int or a one-element integer Tensor)."
+        )
+    return tuple(x.shape)
+
+
+def _is_class_index(y: object) -> bool:
+    if isinstance(y, bool):
+        return False
+    if isinstance(y, (int, np.integer)):
+        return True
+    if not isinstance(y, (torch.Tensor, np.ndarray)):
+        return False
+    try:
+        t = torch.as_tensor(y)
+    except (TypeError, ValueError, RuntimeError):  # an array of strings or objects
+        return False
+    return t.numel() == 1 and not (
+        t.dtype.is_floating_point or t.is_complex() or t.dtype == torch.bool
+    )
+
+
+def _short(value: object) -> str:
+    """'a str ('cat')': the type and a short repr, for a message about a value."""
+    text = repr(value)
+    text = text if len(text) <= 40 else text[:39] + "…"
+    return f"a {type(value).__name__} ({text})"
 
 
 def user_bundle(ctx: SourceContext) -> DataBundle:
     """Train and val from a user factory `package.module:function(split=...)`."""
     cfg = ctx.cfg
     datasets = {split: _user_dataset(cfg, split) for split in SPLITS}
-    shape = _input_shape(datasets["train"], cfg.name)
+    shapes = {split: _input_shape(ds, cfg.name, split) for split, ds in datasets.items()}
+    if shapes["train"] != shapes["val"]:
+        raise UserError(
+            f"the inputs of {cfg.name} have shape {shapes['train']} in the 'train' split but"
+            f" {shapes['val']} in the 'val' split; both splits must give inputs of one shape."
+        )
+    shape = shapes["train"]
     # x: float already, or uint8 which is only scaled by 1/255 (mean 0, std 1)
     sources = {
         split: LoaderSource(ds, ctx, train=split == "train", mean=0.0, std=1.0, name=cfg.name)
