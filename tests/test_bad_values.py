@@ -125,3 +125,25 @@ def test_idx_dimensions_whose_product_wraps(tmp_path: Path) -> None:
     path.write_bytes(bytes([0, 0, 8, 3]) + struct.pack(">III", 2**22, 2**21, 2**21))
     with pytest.raises(UserError, match="implies"):
         read_idx(path, 3)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["--seed", "1.5"], id="tuitrain"),
+        pytest.param(["watch", "--poll", "x"], id="watch"),
+        pytest.param(["export", "--bogus"], id="export"),
+        pytest.param(["parity", "--bogus"], id="parity"),
+    ],
+)
+def test_a_bad_flag_is_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse printed its usage (several lines) before the error; now one line, exit 2."""
+    from tuitrain.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's exit (parity returns it instead)
+        code = int(exc.code or 0)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error:" in err and "--help)" in err, err

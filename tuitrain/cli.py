@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from tuitrain import __version__
 from tuitrain.config import DEFAULT_PRESET, Config, describe_presets, load_preset, overrides_from
-from tuitrain.errors import EXIT_SIGINT, EXIT_USAGE, UserError, usable_path
+from tuitrain.errors import EXIT_SIGINT, OneLineParser, UserError, usable_path
 from tuitrain.launch import resume_config, run_headless
 from tuitrain.signals import defer_signals
 from tuitrain.stdio import guard_std_streams, print_out, say, stdout_gone
@@ -42,14 +42,8 @@ EXIT_CODES_HELP = (
 )
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # argparse's own errors: one line, exit 2
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="tuitrain",
         description="A terminal training monitor that hosts a real PyTorch run.\n"
         "Also: `tuitrain parity --help` (fp32-vs-mixed check), "

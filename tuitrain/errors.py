@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import errno
 from pathlib import Path
+from typing import NoReturn
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -47,3 +49,11 @@ def usable_path(path: str | Path, what: str) -> Path:
             f"{what} {shown} cannot be looked up ({reason}); pass another path."
         ) from None
     return found
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose own errors (an unknown flag, a bad int) are one line and exit 2, like
+    every other bad input; the usage is in --help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

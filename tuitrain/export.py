@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from tuitrain.errors import EXIT_USAGE, UserError
+from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError
 from tuitrain.metrics.records import TRAIN_FIELDS, Record, clean_record
 from tuitrain.metrics.sinks import Sink
 
@@ -50,7 +50,7 @@ class ExportError(UserError):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="tuitrain export",
         description="Export a run's train and eval records: CSV (one row per record, for "
         "pandas and spreadsheets) or TensorBoard event files.",

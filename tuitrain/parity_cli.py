@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from tuitrain.config import DEFAULT_PRESET, Config, load_preset, overrides_from
-from tuitrain.errors import EXIT_FAILED, UserError
+from tuitrain.errors import EXIT_FAILED, OneLineParser, UserError
 from tuitrain.metrics.format import format_record
 from tuitrain.metrics.sinks import Sink
 
@@ -38,7 +38,7 @@ verdict uses its absolute value. One test image is worth 100 / test-set size poi
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="tuitrain parity",
         description="Train the preset twice, in fp32 and in mixed precision, with identical "
         "weights, batches and seed; compare validation accuracy per epoch.",

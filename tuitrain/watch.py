@@ -29,7 +29,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tuitrain.errors import EXIT_USAGE, UserError, usable_path
+from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError, usable_path
 
 RUN_FILES = ("metrics.jsonl", "config.toml", "train.log")  # what a run dir holds early on
 MAX_POLL_S = 3600.0  # --poll: seconds between file checks, above 0 and at most this
@@ -42,7 +42,7 @@ class WatchError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="tuitrain watch",
         description="Attach the dashboard to a headless or finished run, or compare two runs\n"
         "(loss and samples/s overlaid, B/A median throughput, validation-accuracy gap).\n"
