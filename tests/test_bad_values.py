@@ -147,3 +147,16 @@ def test_a_bad_flag_is_one_line(argv: list[str], capsys: pytest.CaptureFixture[s
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "error:" in err and "--help)" in err, err
+
+
+def test_synthetic_sizes_are_bounded() -> None:
+    """2^31-1 synthetic val samples built 16 GiB of labels (and as many indices per eval)."""
+    with pytest.raises(ConfigError, match="too many synthetic samples; it must be <= 16777216"):
+        load_preset(
+            "fashion-mini",
+            ["data.name='synthetic'", "data.loader='device'", "data.val_samples=2147483647"],
+        )
+    cfg = load_preset(
+        "fashion-mini", ["data.name='synthetic'", "data.loader='device'", "data.val_samples=4096"]
+    )
+    assert cfg.data.val_samples == 4096

@@ -206,6 +206,7 @@ def _coerce(path: str, value: Any, tp: Any) -> Any:
     return float(value) if tp is float else value
 
 
+SYNTHETIC_MAX = 1 << 24  # synthetic train/val samples: 128 MiB of labels
 INT_MAX = 2**31 - 1  # the bound of an int without its own: past it torch and numpy overflow
 
 
@@ -257,6 +258,12 @@ def config_from_dict(raw: dict[str, Any], name: str = "custom") -> Config:
 def _check_cross_fields(cfg: Config) -> None:
     if cfg.data.name == "synthetic" and cfg.data.loader != "device":
         raise ConfigError("data.loader must be 'device' for data.name = 'synthetic'.")
+    for key in ("train_samples", "val_samples"):  # made in memory: 8 bytes of label each
+        if cfg.data.name == "synthetic" and getattr(cfg.data, key) > SYNTHETIC_MAX:
+            raise ConfigError(
+                f"data.{key} = {getattr(cfg.data, key)} is too many synthetic samples; "
+                f"it must be <= {SYNTHETIC_MAX} (the labels alone are made in memory)."
+            )
 
 
 # --------------------------------------------------------------------------- overrides
