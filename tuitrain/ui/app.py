@@ -81,6 +81,7 @@ class TuitrainApp(SessionApp):
         Binding("space", "toggle_pause", "Pause", tooltip="Pause or resume at a step boundary"),
         Binding("s", "checkpoint", "Checkpoint", tooltip="Save a checkpoint after this step"),
         Binding("f", "profile", "Profile", tooltip=f"Profile the next {PROFILE_STEPS} steps"),
+        Binding("l", "toggle_log_y", "Log y", tooltip="Loss chart: log-scale y axis, or linear"),
         Binding("question_mark", "help", "Help", tooltip="This list of keys"),
         Binding("h,f1", "help", "Help", show=False, tooltip="This list of keys"),
         Binding("ctrl+p", "command_palette", "Commands", show=False, tooltip="Command palette"),
@@ -301,6 +302,12 @@ class TuitrainApp(SessionApp):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.BINDINGS))
+
+    def action_toggle_log_y(self) -> None:
+        for panel in self.panels:
+            if isinstance(panel, LossPanel):
+                panel.toggle_log_y()
+        self.poll_plots()
 
     def action_parity(self) -> None:
         if isinstance(self.screen, ParityScreen):

@@ -9,6 +9,12 @@ formatting) cost as much as plotext's own build, at every redraw of every chart,
 `render_line` turns the ANSI lines into strips directly, with the same segments and styles
 (offsets included, for text selection) as the generic path; anything unexpected falls back
 to it.
+
+Log y (`log_y`, the `l` key on the loss chart): the chart plots log10 of the values on a
+linear axis, with ticks at round values (0.5, 1, 2) labelled as values. Not plotext's own
+`yscale("log")`: plotext 5's build takes log10 of the figure's data in place, so a second
+build of the same draw (a resize, a theme change, a text selection) takes it again and fails
+(math domain error). Points at or below zero cannot be drawn on a log axis: left out.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from textual_plotext import PlotextPlot
 
 AXIS_COLUMNS = 8  # columns plotext spends on the y tick labels and the frame
 SGR = re.compile(r"\x1b\[([0-9;]*)m")
+LOG_Y = "log y"  # what a panel's title adds in log-y mode
+LOG_MULTS = ((1.0,), (1.0, 3.0), (1.0, 2.0, 5.0))  # tick mantissas per decade, sparse first
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +77,46 @@ def nice_ticks(lo: float, hi: float, count: int) -> list[float]:
     return ticks
 
 
+def log_ticks(lo: float, hi: float, count: int) -> list[float]:
+    """Tick values for a log axis over [lo, hi] (both > 0): decades, or 1-3 or 1-2-5 per
+    decade, the densest giving at most `count + 1`; every k-th decade when even decades are
+    too many; round linear steps when the range is under a decade's worth of those."""
+    if not (lo > 0 and math.isfinite(lo) and math.isfinite(hi)):
+        return []
+    if hi <= lo:
+        return [lo]
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    best: list[float] | None = None
+    for mults in LOG_MULTS:
+        ticks = [
+            tick
+            for k in range(first, last + 1)
+            for m in mults
+            if lo * (1 - 1e-9) <= (tick := float(f"{m * 10.0**k:.12g}")) <= hi * (1 + 1e-9)
+        ]
+        if len(ticks) > count + 1:
+            if best is None:  # too many decades: every k-th one
+                every = math.ceil(len(ticks) / max(1, count))
+                best = ticks[::every]
+            break
+        if len(ticks) >= 2:
+            best = ticks
+    return best if best is not None else nice_ticks(lo, hi, count)
+
+
+def log_title(title: str, log_y: bool) -> str:
+    """A chart's title, with `· log y` while its y axis is logarithmic."""
+    return f"{title} · {LOG_Y}" if log_y else title
+
+
+def positive(line: Line) -> Line:
+    """The line without its points at or below zero (a log axis cannot show them)."""
+    if all(y > 0 for y in line.ys):
+        return line
+    pts = [(x, y) for x, y in zip(line.xs, line.ys, strict=True) if y > 0]
+    return Line([x for x, _ in pts], [y for _, y in pts], line.color, line.scatter)
+
+
 def format_tick(value: float) -> str:
     """Short tick labels: 1200 -> 1.2k, 0.25 -> 0.25, 3.0 -> 3."""
     if value == 0:
@@ -90,6 +138,8 @@ class MetricChart(PlotextPlot):
 
     _strips_key: object = None
     _strips: list[Strip] | None = None
+    log_y: bool = False  # draw the y axis on a log scale (the next draw)
+    drawn_scale: str = "linear"  # the y scale of the last draw: "linear" or "log"
 
     def refresh(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         self._strips_key = None  # a new draw, theme or size: build again
@@ -142,19 +192,30 @@ class MetricChart(PlotextPlot):
         """Draw the lines (x = step) with round step ticks and horizontal guides.
 
         Units go in the panel's title or tick labels: plotext's ylabel costs a whole row.
+        With `log_y`, points, limits and guides at or below zero are left out.
         """
         plt = self.plt
         plt.clear_figure()
+        log = self.log_y
+        self.drawn_scale = "log" if log else "linear"
+        if log:
+            lines = [positive(line) for line in lines]
+            hlines = [(value, color) for value, color in hlines if value > 0]
+            if ylim is not None and not ylim[0] > 0:
+                ylim = None
+        # y as plotted: log10 of the value on a log axis (see the module's docstring)
+        to_plot: Callable[[float], float] = math.log10 if log else float
         xs_all = [x for line in lines for x in line.xs]
         ys_all = [y for line in lines for y in line.ys]
         for line in lines:
             if not line.xs:
                 continue
             color = self.theme_rgb(line.color)
+            ys = [to_plot(y) for y in line.ys] if log else list(line.ys)
             if line.scatter:
-                plt.scatter(list(line.xs), list(line.ys), marker="dot", color=color)
+                plt.scatter(list(line.xs), ys, marker="dot", color=color)
             else:
-                plt.plot(list(line.xs), list(line.ys), marker="braille", color=color)
+                plt.plot(list(line.xs), ys, marker="braille", color=color)
         if not xs_all:
             plt.xticks([], [])
             plt.yticks([], [])
@@ -168,16 +229,22 @@ class MetricChart(PlotextPlot):
         y_lo, y_hi = ylim if ylim else (min(ys_all), max(ys_all))
         for value, _color in hlines:
             y_lo, y_hi = min(y_lo, value), max(y_hi, value)
+        tick_count = max(2, min(5, self.size.height // 2))
         if y_hi <= y_lo:
-            pad = abs(y_lo) * 0.05 or 1.0
-            y_lo, y_hi = y_lo - pad, y_hi + pad
-        plt.ylim(y_lo, y_hi)
+            if log:
+                y_lo, y_hi = y_lo / 1.1, y_hi * 1.1
+            else:
+                pad = abs(y_lo) * 0.05 or 1.0
+                y_lo, y_hi = y_lo - pad, y_hi + pad
+        plt.ylim(to_plot(y_lo), to_plot(y_hi))
         if yticks is None:
-            ticks = nice_ticks(y_lo, y_hi, max(2, min(5, self.size.height // 2)))
+            ticks = (log_ticks if log else nice_ticks)(y_lo, y_hi, tick_count)
             yticks = [(t, yfmt(t)) for t in ticks]
-        plt.yticks([t for t, _ in yticks], [label for _, label in yticks])
+        elif log:
+            yticks = [(t, label) for t, label in yticks if t > 0]
+        plt.yticks([to_plot(t) for t, _ in yticks], [label for _, label in yticks])
         for value, color_name in hlines:
-            plt.hline(value, self.theme_rgb(color_name))
+            plt.hline(to_plot(value), self.theme_rgb(color_name))
         self.refresh()
 
 

@@ -1,13 +1,18 @@
-"""Loss panel: smoothed train loss per step, validation loss per epoch, validation accuracy."""
+"""Loss panel: smoothed train loss per step, validation loss per epoch, validation accuracy.
+
+`l` (the app's `toggle_log_y`) puts the chart's y axis on a log scale and back; the title
+says which ("Loss · log y"), and the compact layout's sparkline follows (log10 of the loss).
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from tuitrain.metrics.format import DASH, format_number
 from tuitrain.metrics.store import Series, Snapshot
 from tuitrain.ui.view import Frame, smoothed_series
-from tuitrain.ui.widgets.chart import Line
+from tuitrain.ui.widgets.chart import Line, log_title
 from tuitrain.ui.widgets.panel import Panel
 
 
@@ -20,6 +25,17 @@ class LossPanel(Panel):
 
     TITLE = "Loss"
     SERIES = ("loss", "val_loss")
+
+    @property
+    def log_y(self) -> bool:
+        return self.chart.log_y
+
+    def toggle_log_y(self) -> bool:
+        """Log y on or off; redrawn at the next poll of the plots. Returns the new mode."""
+        log = self.chart.log_y = not self.chart.log_y
+        self.border_title = log_title(self.TITLE, log)
+        self._plot_key = self._spark_key = None  # the mode is not in the redraw keys
+        return log
 
     def summary(self, frame: Frame) -> str:
         snap = frame.snap
@@ -47,4 +63,8 @@ class LossPanel(Panel):
         return (raw, smooth, val)
 
     def spark_series(self, snap: Snapshot) -> Series:
-        return smoothed_series(snap.get("loss"))
+        series = smoothed_series(snap.get("loss"))
+        if not self.log_y:
+            return series
+        pts = [(x, math.log10(y)) for x, y in zip(series.xs, series.ys, strict=True) if y > 0]
+        return Series(tuple(x for x, _ in pts), tuple(y for _, y in pts))
