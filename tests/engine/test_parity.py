@@ -137,6 +137,17 @@ def test_bf16_passes_against_fp32_on_the_mini_subset(tmp_path: Path) -> None:
     saved = json.loads((tmp_path / "parity.json").read_text())
     assert saved == json.loads(json.dumps(result.to_json()))
     assert saved["verdict"] == "PASS" and saved["per_epoch"][0]["epoch"] == 1
+    # the noise: both runs' last evaluations paired on the same 1,000 images
+    paired, discordant = saved["paired"], saved["discordant"]
+    assert sum(paired.values()) == 1000
+    assert discordant == {k: paired[k] for k in ("fp32_only", "mixed_only")}
+    assert 0 < discordant["fp32_only"] + discordant["mixed_only"] <= 20  # a few images
+    # the pairs agree with the accuracies: fp32 right = both + fp32_only, out of 1,000
+    assert paired["both"] + paired["fp32_only"] == round(1000 * row.fp32_val_acc)
+    assert paired["both"] + paired["mixed_only"] == round(1000 * row.mixed_val_acc)
+    assert 0 < saved["p_value"] <= 1
+    low, high = saved["gap_ci95_points"]
+    assert low <= saved["gap_points"] <= high and low < high
     check_stores(stores, result)
     phases = [e["phase"] for e in records.parity_events()]
     assert phases == ["start", "early", "run", "run", "done"]
@@ -179,7 +190,13 @@ def test_a_fragile_layer_really_fails_under_fp16(tmp_path: Path) -> None:
     assert early["level"] == "warning" and early["early_max_rel_loss_diff"] > EARLY_WARN_REL_DIFF
     done = records.parity_events()[-1]
     assert done["verdict"] == "FAIL" and done["level"] == "warning"
-    assert json.loads((tmp_path / "parity.json").read_text())["verdict"] == "FAIL"
+    saved = json.loads((tmp_path / "parity.json").read_text())
+    assert saved["verdict"] == "FAIL"
+    # far outside noise: fp32 got well over 100 more images right, the interval is all > 0.5
+    assert saved["discordant"]["fp32_only"] - saved["discordant"]["mixed_only"] > 100
+    assert saved["p_value"] < 1e-6 and saved["noise_note"] is None
+    low, high = saved["gap_ci95_points"]
+    assert 0.5 < low <= saved["gap_points"] <= high
 
 
 def test_a_run_that_fails_is_an_error_not_a_verdict(tmp_path: Path) -> None:
@@ -190,6 +207,7 @@ def test_a_run_that_fails_is_an_error_not_a_verdict(tmp_path: Path) -> None:
     assert result.exit_code == EXIT_FAILED
     assert "fp16 run failed in the early check" in result.message and "nan" in result.message
     assert result.per_epoch == []  # stopped before the full runs
+    assert result.paired is None and result.to_json()["gap_ci95_points"] is None
     runs = [e.get("run") for e in records.records if e["type"] == "header"]
     assert runs == ["fp32", "mixed"]  # the early check: fp32 went through, fp16 did not
     assert records.parity_events()[-1]["level"] == "error"

@@ -10,8 +10,11 @@ loss working on tiny numbers). `parity()` runs in the engine's thread, like `run
 2. the fp32 run, then the mixed run: two full `run()` calls whose records are tagged
    `"run": "fp32" | "mixed"` (`ParityStores` routes them into one MetricStore per run);
 3. the verdict: PASS (|gap| <= 0.5 point) or FAIL; ERROR when a run failed; none when
-   cancelled. A last `event` (kind "parity", phase "done") carries the whole result, and
-   `parity.json` is written into the run dir.
+   cancelled. Its noise: the last evaluations of both runs paired image by image (the
+   images only one run got right, an exact McNemar p-value, a paired 95% interval of the
+   gap), and one sentence when the verdict and the noise disagree. A last `event` (kind
+   "parity", phase "done") carries the whole result, and `parity.json` is written into the
+   run dir.
 
 Identical starts need no hook: `build_parts` seeds everything from `train.seed` before it
 builds the model, and the batch order depends only on (seed, epoch), never on the precision.
@@ -26,6 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
+import torch
+
 from tuitrain.config import Config
 from tuitrain.engine.control import Control
 from tuitrain.engine.device import device_name, resolve_device
@@ -35,6 +40,7 @@ from tuitrain.engine.parity_report import (
     MIXED_CHOICES,
     RUNS,
     EpochRow,
+    PairedCounts,
     ParityResult,
     count_test_images,
     max_rel_diff,
@@ -91,6 +97,16 @@ def parity_configs(cfg: Config, epochs: int, mixed: MixedPrecision) -> dict[str,
         "fp32": replace(base, train=replace(train, precision="fp32", tf32=False)),
         "mixed": replace(base, train=replace(train, precision=mixed)),
     }
+
+
+def pair_images(fp32: torch.Tensor | None, mixed: torch.Tensor | None) -> PairedCounts | None:
+    """Both runs' final evaluations image by image (the same val images in the same order:
+    the val set is never shuffled, and runs single-process here); None without both."""
+    if fp32 is None or mixed is None or fp32.shape != mixed.shape:
+        return None
+    f, m = fp32.to("cpu", torch.bool), mixed.to("cpu", torch.bool)
+    both, fp32_only, mixed_only = (int(t.sum()) for t in (f & m, f & ~m, m & ~f))
+    return PairedCounts(both, fp32_only, mixed_only, f.numel() - both - fp32_only - mixed_only)
 
 
 # --------------------------------------------------------------------------- sinks, controls
@@ -191,6 +207,7 @@ class _Check:
     ) -> None:
         self.result, self.configs, self.sink = result, configs, sink
         self.control = control or Control()
+        self.val_correct: dict[str, torch.Tensor | None] = {}  # per run: the last eval's hits
 
     def label(self, name: str) -> str:
         return "fp32" if name == "fp32" else self.result.mixed
@@ -213,6 +230,8 @@ class _Check:
             )
             self.train(name)
         r.elapsed_s = time.perf_counter() - started
+        if r.status == "completed":
+            r.paired = pair_images(*(self.val_correct.get(name) for name in RUNS))
         if r.status == "completed" and r.gap_points is None:
             r.status, r.message = "failed", "a run ended without a validation accuracy"
         self.finish(run_dir)
@@ -247,6 +266,7 @@ class _Check:
         recorder = RunRecorder(self.sink, name)
         outcome = run(self.configs[name], recorder, self.control)  # no run dir: nothing to keep
         r = self.result
+        self.val_correct[name] = outcome.val_correct
         r.train_loss[name] = recorder.losses
         if name == "fp32":
             r.fp32_samples_per_s = outcome.samples_per_s

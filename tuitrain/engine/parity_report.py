@@ -8,6 +8,7 @@ MetricStore per run for a UI) and the small helpers. The check itself is in
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -27,6 +28,8 @@ EARLY_WARN_REL_DIFF = 0.10
 MIXED_CHOICES = ("bf16", "fp16")
 RUNS = ("fp32", "mixed")
 _VAL_COUNT = re.compile(r"/ ([\d,]+) val\)")
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+SETTLE = "more epochs (--epochs), the full test set (data.val_samples=0) or more seeds (--seed)"
 
 
 def gap_points(fp32_acc: float | None, mixed_acc: float | None) -> float | None:
@@ -34,6 +37,104 @@ def gap_points(fp32_acc: float | None, mixed_acc: float | None) -> float | None:
     if fp32_acc is None or mixed_acc is None:
         return None
     return round(100.0 * (fp32_acc - mixed_acc), 6)
+
+
+# --------------------------------------------------------------------------- paired statistics
+
+
+@dataclass(frozen=True, slots=True)
+class PairedCounts:
+    """The two runs' final evaluations, image by image, on the same test images: how many
+    both got right, only fp32, only the mixed run, neither."""
+
+    both: int
+    fp32_only: int
+    mixed_only: int
+    neither: int
+
+    @property
+    def n(self) -> int:
+        return self.both + self.fp32_only + self.mixed_only + self.neither
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "both": self.both, "fp32_only": self.fp32_only,
+            "mixed_only": self.mixed_only, "neither": self.neither,
+        }  # fmt: skip
+
+
+def mcnemar_exact_p(b: int, c: int) -> float:
+    """The exact (binomial) two-sided McNemar p-value for b and c discordant pairs:
+    min(1, 2 P[X <= min(b, c)]) with X ~ Binomial(b + c, 1/2); 1 when b + c = 0.
+
+    Summed from k = min(b, c) down, each term from the one above (t(k-1) = t(k) k / (m-k+1)),
+    the first through lgamma: no big integers, and it stops once the terms stop counting, so
+    millions of discordant pairs cost about sqrt(m) terms.
+    """
+    if b < 0 or c < 0:
+        raise ValueError(f"discordant counts must be >= 0, not {b} and {c}")
+    m, k = b + c, min(b, c)
+    if m == 0:
+        return 1.0
+    log_term = math.lgamma(m + 1) - math.lgamma(k + 1) - math.lgamma(m - k + 1) - m * math.log(2)
+    term = math.exp(log_term)
+    total = 0.0
+    while k >= 0 and term > 0.0:
+        total += term
+        if term < total * 1e-17:
+            break
+        term *= k / (m - k + 1)
+        k -= 1
+    return min(1.0, 2.0 * total)
+
+
+def wilson_interval(x: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of the proportion x / n."""
+    center = (x + z * z / 2) / (n + z * z)
+    half = z * math.sqrt(x * (n - x) / n + z * z / 4) / (n + z * z)
+    return max(0.0, center - half), min(1.0, center + half)
+
+
+def paired_diff_ci(counts: PairedCounts, z: float = Z95) -> tuple[float, float]:
+    """A confidence interval (95% by default) of p1 - p2, the difference of two paired
+    proportions (p1: fp32's accuracy, p2: the mixed run's), by Newcombe's hybrid score
+    ("square-and-add") method for paired data (Newcombe 1998, method 10): the Wilson intervals
+    of p1 and p2 combined with the estimated correlation phi of the two runs' hits, phi's
+    numerator a*d - b*c shrunk by n/2 towards 0 when positive (Newcombe's correction).
+
+    Chosen over the Wald interval, which is [0, 0] when no image is discordant and too narrow
+    with few: this one has close to nominal coverage down to small n, stays inside [-1, 1],
+    and contains the estimate (b - c) / n by construction.
+    """
+    a, b, c, d, n = counts.both, counts.fp32_only, counts.mixed_only, counts.neither, counts.n
+    if n <= 0:
+        raise ValueError("no image to compare")
+    p1, p2 = (a + b) / n, (a + c) / n
+    diff = p1 - p2
+    l1, u1 = wilson_interval(a + b, n, z)
+    l2, u2 = wilson_interval(a + c, n, z)
+    margins = (a + b) * (c + d) * (a + c) * (b + d)
+    phi = 0.0
+    if margins > 0:
+        cross = a * d - b * c
+        num = cross - n / 2 if cross > n / 2 else (float(cross) if cross < 0 else 0.0)
+        phi = max(-1.0, min(1.0, num / math.sqrt(margins)))
+    below = (p1 - l1) ** 2 + (u2 - p2) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2)
+    above = (p2 - l2) ** 2 + (u1 - p1) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1)
+    low = diff - math.sqrt(max(0.0, below))
+    high = diff + math.sqrt(max(0.0, above))
+    return max(-1.0, low), min(1.0, high)
+
+
+def gap_ci95_points(counts: PairedCounts, gap: float | None = None) -> list[float]:
+    """The 95% interval of the gap (fp32 minus mixed) in points, rounded outwards to 1e-4
+    point, within [-100, 100], and always containing `gap` (default: the counts' own)."""
+    low, high = paired_diff_ci(counts)
+    if gap is None:
+        gap = 100.0 * (counts.fp32_only - counts.mixed_only) / counts.n
+    low_pt = max(-100.0, min(math.floor(100.0 * low * 1e4) / 1e4, gap))
+    high_pt = min(100.0, max(math.ceil(100.0 * high * 1e4) / 1e4, gap))
+    return [low_pt, high_pt]
 
 
 @dataclass(slots=True)
@@ -73,6 +174,8 @@ class ParityResult:
     train_loss: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     threshold_points: float = THRESHOLD_POINTS
     elapsed_s: float = 0.0
+    # the last epoch's evaluations paired image by image (None: a run has no final evaluation)
+    paired: PairedCounts | None = None
 
     def final(self, key: str) -> float | None:
         return getattr(self.per_epoch[-1], key) if self.per_epoch else None
@@ -104,6 +207,57 @@ class ParityResult:
         return 100.0 / self.test_set_size if self.test_set_size else None
 
     @property
+    def discordant(self) -> dict[str, int] | None:
+        """Test images only fp32 got right, and only the mixed run got right."""
+        p = self.paired
+        return None if p is None else {"fp32_only": p.fp32_only, "mixed_only": p.mixed_only}
+
+    @property
+    def p_value(self) -> float | None:
+        """Exact McNemar p-value: how likely discordances this lopsided are by chance alone."""
+        p = self.paired
+        return None if p is None else mcnemar_exact_p(p.fp32_only, p.mixed_only)
+
+    @property
+    def gap_ci95_points(self) -> list[float] | None:
+        """The paired 95% interval of the gap in points (Newcombe's method 10), around it."""
+        p = self.paired
+        return None if p is None or p.n == 0 else gap_ci95_points(p, self.gap_points)
+
+    @property
+    def noise_note(self) -> str | None:
+        """One sentence when the verdict and the noise disagree: a FAIL whose interval
+        reaches back within the threshold (within noise when it includes 0), or a PASS whose
+        interval reaches past it; None when they agree or nothing was paired."""
+        ci, p, t = self.gap_ci95_points, self.p_value, self.threshold_points
+        if ci is None or p is None or self.verdict not in ("PASS", "FAIL"):
+            return None
+        low, high = ci
+        interval = f"the 95% interval of the gap [{low:+.2f}, {high:+.2f}]"
+        settle = f"; settle it with {SETTLE}."
+        if self.verdict == "PASS" and max(-low, high) > t + 1e-9:
+            return (
+                f"PASS, but {interval} reaches past {t} point (p = {format_p(p)}): a gap "
+                f"that large is not ruled out{settle}"
+            )
+        if self.verdict == "FAIL" and low <= t + 1e-9 and high >= -t - 1e-9:
+            if low <= 0 <= high:
+                return f"FAIL, but within noise: {interval} includes 0 (p = {format_p(p)}){settle}"
+            return f"FAIL, but {interval} reaches back within {t} point (p = {format_p(p)}){settle}"
+        return None
+
+    def noise_line(self) -> str | None:
+        """`discordant 3 fp32-only / 1 bf16-only · McNemar p = 0.63 · 95% CI [..] point`."""
+        d, p, ci = self.discordant, self.p_value, self.gap_ci95_points
+        if d is None or p is None or ci is None:
+            return None
+        return (
+            f"discordant images {d['fp32_only']:,} only fp32 right / {d['mixed_only']:,} only "
+            f"{self.mixed} right; exact McNemar p = {format_p(p)}; gap 95% CI "
+            f"[{ci[0]:+.2f}, {ci[1]:+.2f}] point (paired, Newcombe)"
+        )
+
+    @property
     def exit_code(self) -> int:
         return {"PASS": EXIT_OK, "FAIL": EXIT_PARITY_FAIL}.get(self.verdict or "", EXIT_FAILED)
 
@@ -116,9 +270,13 @@ class ParityResult:
         n, sign = self.test_set_size, "<=" if self.verdict == "PASS" else ">"
         images = f"{n:,} test images, one image = {100 / n:.2f} point" if n else "size unknown"
         speed = f"{self.speedup:.2f}x" if self.speedup else "n/a"
+        ci, p = self.gap_ci95_points, self.p_value
+        noise = "" if ci is None or p is None else (
+            f", 95% CI [{ci[0]:+.2f}, {ci[1]:+.2f}], McNemar p = {format_p(p)}"
+        )  # fmt: skip
         return (
             f"parity {self.verdict}: fp32 {100 * fp32_acc:.2f}% vs {self.mixed}"
-            f" {100 * mixed_acc:.2f}%, gap {self.gap_points:+.2f} point"
+            f" {100 * mixed_acc:.2f}%, gap {self.gap_points:+.2f} point{noise}"
             f" (|gap| {sign} {self.threshold_points}; {images}); speedup {speed}"
         )
 
@@ -129,7 +287,10 @@ class ParityResult:
             out[key] = self.final(key)
         out["gap_points"], out["speedup"] = self.gap_points, self.speedup
         out["one_image_points"] = self.one_image_points
-        out |= {f.name: getattr(self, f.name) for f in fields(self)}
+        out["discordant"], out["p_value"] = self.discordant, self.p_value
+        out["gap_ci95_points"], out["noise_note"] = self.gap_ci95_points, self.noise_note
+        out |= {f.name: getattr(self, f.name) for f in fields(self) if f.name != "paired"}
+        out["paired"] = None if self.paired is None else self.paired.to_json()
         out["per_epoch"] = [row.to_json() for row in self.per_epoch]
         out["train_loss"] = {k: [list(p) for p in v] for k, v in self.train_loss.items()}
         out["elapsed_s"] = round(self.elapsed_s, 3)
@@ -173,6 +334,11 @@ def parity_result_of(snapshot: Snapshot) -> Mapping[str, Any] | None:
         if rec.get("kind") == "parity" and rec.get("phase") in ("done", "cancelled"):
             return rec.get("result")
     return None
+
+
+def format_p(p: float) -> str:
+    """A p-value for people: two significant digits, `< 0.0001` below that."""
+    return "< 0.0001" if p < 1e-4 else f"{p:.2g}"
 
 
 def max_rel_diff(reference: list[float], other: list[float]) -> float | None:

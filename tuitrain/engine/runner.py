@@ -45,6 +45,8 @@ class RunResult:
     error: BaseException | None = None
     traceback: str = ""
     is_bug: bool = False  # an unexpected exception: show the traceback, not just the sentence
+    # per val image (val order) of the last evaluation: right or not (a bool tensor), or None
+    val_correct: torch.Tensor | None = None
 
 
 def header_record(
@@ -156,6 +158,7 @@ def run(
         trainer.val_acc,
         trainer.val_loss,
         mean(trainer.throughputs),
+        val_correct=trainer.val_correct,
     )
     with control.critical():  # a second signal lets the end record be written, whole
         end = run_end_record(result, trainer, started)

@@ -73,6 +73,8 @@ class Trainer:
         self.samples = 0
         self.val_acc: float | None = None
         self.val_loss: float | None = None
+        # per val image, in the val order: did the last evaluation get it right? (device bools)
+        self.val_correct: torch.Tensor | None = None
         self.throughputs: list[float] = []
         self.diagnostics = Diagnostics(
             sink, cfg.train.log_every, cfg.to_dict()["data"], str(parts.device)
@@ -293,12 +295,18 @@ class Trainer:
         loss_sum = torch.zeros((), device=p.device)
         correct = torch.zeros((), device=p.device, dtype=torch.int64)
         count = 0
+        hits: list[torch.Tensor] = []
         with torch.inference_mode(), p.precision.autocast():
             for x, y in p.data.val.batches(0):
                 logits = p.model(x)
                 loss_sum += nn.functional.cross_entropy(logits.float(), y, reduction="sum")
-                correct += (logits.argmax(dim=1) == y).sum()
+                hit = logits.argmax(dim=1) == y
+                correct += hit.sum()
+                hits.append(hit)
                 count += y.shape[0]
+            # per image, on the device (no sync): the parity check pairs two runs' images
+            # with it. The val set is never sharded: every rank evaluates all of it, in order.
+            self.val_correct = torch.cat(hits) if hits else None
         p.model.train()
         self.val_loss = loss_sum.item() / max(count, 1)  # sync point: once per evaluation
         self.val_acc = correct.item() / max(count, 1)
