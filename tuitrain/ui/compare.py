@@ -6,26 +6,28 @@ status, latest step, smoothed loss, median samples/s, last validation accuracy),
 (median throughput ratio, validation-accuracy gap), and two charts with both runs overlaid:
 smoothed train loss and samples/s, per step. Text is polled at 2 Hz and the charts at 1 Hz,
 each redrawn only when something it shows changed, from series decimated to the chart's
-width (the dashboard's way, `tuitrain.ui.widgets.panel.Panel`). Keys: `?` help, `q` quit.
+width (the dashboard's way, `tuitrain.ui.widgets.panel.Panel`). Keys: `l` log-scale y on the
+loss chart (and back), `?` help, `q` quit; the command palette lists them too.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from textual import events
-from textual.app import ComposeResult
+from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Container
 from textual.markup import escape
+from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tuitrain.metrics.format import DASH
 from tuitrain.metrics.store import MetricStore, Series, Snapshot
-from tuitrain.ui.screens.help import HelpScreen
+from tuitrain.ui.screens.help import HelpScreen, binding_commands
 from tuitrain.ui.stopping import StoppingApp
 from tuitrain.ui.view import (
     LOSS_SMOOTHING,
@@ -38,7 +40,7 @@ from tuitrain.ui.view import (
     silence,
     smoothed_series,
 )
-from tuitrain.ui.widgets.chart import Line, MetricChart, format_tick
+from tuitrain.ui.widgets.chart import Line, MetricChart, format_tick, log_title
 from tuitrain.ui.widgets.panel import same_objects
 from tuitrain.ui.widgets.status import STATE_STYLE
 
@@ -170,6 +172,7 @@ class OverlayChart(MetricChart):
         self.metric, self.title, self.smooth = metric, title, smooth
         self._key: tuple[object, ...] | None = None
         self._data: tuple[object, ...] = ()
+        self.legend = ""  # `A vs B` in the runs' colours, from the first draw
 
     def series(self, snap: Snapshot) -> Series:
         series = snap.get(self.metric)
@@ -179,7 +182,7 @@ class OverlayChart(MetricChart):
         if not self.display or not self.size.area:
             return
         data = tuple(x for snap in snaps for x in (snap.header, snap.series.get(self.metric)))
-        key = (self.size, self.app.theme)
+        key = (self.size, self.app.theme, self.log_y)
         if key == self._key and same_objects(data, self._data):
             return
         self._key, self._data = key, data
@@ -189,8 +192,19 @@ class OverlayChart(MetricChart):
             for source, snap in zip(sources, snaps, strict=True)
         ]
         self.draw(lines, yfmt=format_tick)
-        legend = " vs ".join(f"[${s.color}]{s.name}[/]" for s in sources)
-        self.border_title = f"{self.title} · {legend}"
+        self.legend = " vs ".join(f"[${s.color}]{s.name}[/]" for s in sources)
+        self.border_title = self.full_title()
+
+    def full_title(self) -> str:
+        """`train loss, smoothed (EMA 0.98) · A vs B`, plus `· log y` in that mode."""
+        legend = f" · {self.legend}" if self.legend else ""
+        return log_title(f"{self.title}{legend}", self.log_y)
+
+    def toggle_log_y(self) -> bool:
+        """Log y on or off (the title says so at once); redrawn at the next poll."""
+        self.log_y = not self.log_y
+        self.border_title = self.full_title()
+        return self.log_y
 
 
 class CompareApp(StoppingApp):
@@ -201,6 +215,7 @@ class CompareApp(StoppingApp):
     TITLE = "tuitrain watch --compare"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     BINDINGS = [
+        Binding("l", "toggle_log_y", "Log y", tooltip="Loss chart: log-scale y axis, or linear"),
         Binding("question_mark", "help", "Help", tooltip="These keys and what the columns mean"),
         Binding("h,f1", "help", "Help", show=False, tooltip="These keys and what the columns mean"),
         Binding("q", "quit", "Quit", tooltip="Close the viewer (the runs are not touched)"),
@@ -266,6 +281,15 @@ class CompareApp(StoppingApp):
         snaps = self.snapshots()
         for chart in self.charts:
             chart.refresh_plot(self.sources, snaps)
+
+    def action_toggle_log_y(self) -> None:
+        self.charts[0].toggle_log_y()  # the loss chart; samples/s stays linear
+        self.poll_plots()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """The command palette lists every key's action too (as the dashboard's does)."""
+        yield from super().get_system_commands(screen)
+        yield from binding_commands(self, self.BINDINGS)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

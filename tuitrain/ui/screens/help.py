@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.markup import escape
@@ -31,6 +32,26 @@ def binding_rows(
         if shown not in keys:
             keys.append(shown)
     return [(" / ".join(keys), first.description, first.tooltip) for keys, first in rows.values()]
+
+
+def binding_commands(app: App[Any], app_bindings: Iterable[BindingType]) -> list[SystemCommand]:
+    """Command palette entries, `Log y (l)`, one per action of `app_bindings` (the palette's
+    own key left out): what Textual 8's palette does not list by itself."""
+    commands = []
+    seen: set[str] = set()
+    for binding in Binding.make_bindings(app_bindings):
+        action = binding.action
+        if action in seen or action == "command_palette":
+            continue
+        seen.add(action)
+        commands.append(
+            SystemCommand(
+                f"{binding.description} ({app.get_key_display(binding)})",
+                binding.tooltip or binding.description,
+                lambda action=action: app.call_later(app.run_action, action),
+            )
+        )
+    return commands
 
 
 class HelpScreen(ModalScreen[None]):
