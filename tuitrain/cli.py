@@ -97,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="seed for weights, batch order and dropout")
     p.add_argument("--profile-steps", type=int, help="profile N steps with torch.profiler")
     p.add_argument(
+        "--on-alert",
+        metavar="CMD",
+        help="shell command run once per alert, the alert as one JSON object on its stdin "
+        "(alerts.on_alert; rules and actions: the [alerts] table)",
+    )
+    p.add_argument(
         "--nproc",
         type=int,
         metavar="N",
@@ -118,6 +124,7 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
         ("run.run_dir", args.run_dir),
         ("data.data_dir", args.data_dir),
         ("train.compile", None if args.compile is None else ("on" if args.compile else "off")),
+        ("alerts.on_alert", args.on_alert),
     ]
     return overrides_from(pairs)
 

@@ -137,6 +137,36 @@ class DistributedConfig:
     timeout_s: float = _f(300.0, "Process-group timeout: a dead rank ends the job after it.", gt=0)
 
 
+AlertAction = Literal["off", "warn", "pause", "checkpoint", "stop"]
+
+
+@dataclass(kw_only=True, slots=True)
+class AlertsConfig:
+    loss_spike: AlertAction = _f("warn", "The loss far above its recent median.")
+    loss_spike_factor: float = _f(
+        3.0, "A spike: the logged loss above this x the median of the last 20.", gt=1.0, max=1e6
+    )
+    scale_collapse: AlertAction = _f("warn", "The fp16 GradScaler scale below 1.")
+    stall: AlertAction = _f("warn", "No optimizer step for stall_s seconds while running.")
+    stall_s: float = _f(300.0, "Seconds without a step that make a stall.", gt=0.0, max=1e6)
+    throughput_drop: AlertAction = _f("warn", "Samples/s well below the run's median.")
+    throughput_drop_ratio: float = _f(
+        0.5, "A drop: samples/s below this x the run's median.", gt=0.0, max=1.0
+    )
+    memory_creep: AlertAction = _f("warn", "The allocator's peak rising interval after interval.")
+    memory_creep_intervals: int = _f(
+        10, "Log points of a rising peak that make a creep.", min=2, max=10_000
+    )
+    input_bound: AlertAction = _f("warn", "The loop waiting for data for several log points.")
+    input_bound_share: float = _f(0.2, "Data wait share of step time.", gt=0.0, max=1.0)
+    input_bound_intervals: int = _f(3, "Log points in a row above the share.", min=1, max=10_000)
+    straggler: AlertAction = _f("warn", "Under DDP, a rank 1.2x slower than the median.")
+    on_alert: str = _f(
+        "", "Shell command run once per alert, the alert as one JSON object on its stdin."
+    )
+    on_alert_timeout_s: float = _f(10.0, "The on_alert command's time limit.", gt=0.0, max=3600)
+
+
 @dataclass(kw_only=True, slots=True)
 class Config:
     preset: PresetInfo = field(default_factory=PresetInfo)
@@ -147,6 +177,7 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
     name: str = "custom"  # the preset's name (file stem); not a TOML key
 
     def to_dict(self) -> dict[str, Any]:

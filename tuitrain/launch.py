@@ -74,6 +74,7 @@ def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Confi
 
 
 FACTORY_KEYS = ("model.name", "data.name")  # 'package.module:function', imported and called
+COMMAND_KEYS = ("alerts.on_alert",)  # a shell command
 
 
 def check_factories(
@@ -87,16 +88,18 @@ def check_factories(
 
     touched = {".".join(parse_override(text)[0]) for text in overrides}
     own = load_preset(preset).to_dict() if preset else {}
-    for key in FACTORY_KEYS:
+    for key in (*FACTORY_KEYS, *COMMAND_KEYS):
         section, name = key.split(".")
         value = raw.get(section, {}).get(name) if isinstance(raw.get(section), dict) else None
-        if not isinstance(value, str) or ":" not in value or key in touched:
+        code = bool(value) if key in COMMAND_KEYS else ":" in str(value)
+        if not isinstance(value, str) or not code or key in touched:
             continue
         if own.get(section, {}).get(name) == value:
             continue
         raise CheckpointError(
-            f"checkpoint {path} names the factory {key} = {value!r}, which resuming would "
-            f"import and call; tuitrain runs only code you name: if you trust it, add "
+            f"checkpoint {path} names {key} = {value!r}, which resuming would "
+            f"{'run' if key in COMMAND_KEYS else 'import and call'}; tuitrain runs only code "
+            "you name: if you trust it, add "
             f"--set {key}='{value}' (or pass its preset with --preset)."
         )
 

@@ -260,7 +260,7 @@ def test_a_checkpoint_cannot_make_resume_import_code(factory_run: tuple[Path, Pa
     ckpt = str(find_latest(run_dir))
     before = snapshot(run_dir)
     refused = tuitrain("--resume", ckpt, "--max-steps", "4", env=env)
-    one_line_refusal(refused, "names the factory model.name = 'planted:make_model'")
+    one_line_refusal(refused, "names model.name = 'planted:make_model', which resuming would")
     assert "--set model.name='planted:make_model'" in refused.stderr
     assert not marker.exists()  # the factory was not imported, let alone called
     assert snapshot(run_dir) == before
@@ -288,3 +288,23 @@ def test_the_current_directory_is_not_on_the_import_path(
     assert asked.returncode == 0, asked.stderr  # PYTHONPATH=. is the user's own choice
     assert marker.read_text() == "ran"
     marker.unlink()
+
+
+def test_a_checkpoint_cannot_name_an_on_alert_command(saved_run: Path, tmp_path: Path) -> None:
+    """alerts.on_alert is a shell command: one a checkpoint's config names runs only when
+    the user names it again."""
+    import argparse
+
+    from tuitrain.launch import resume_config
+
+    state = load_checkpoint(find_latest(saved_run))
+    state["config"]["alerts"] = {"on_alert": f"touch {tmp_path / 'ran'}"}
+    planted = tmp_path / "run" / "checkpoints" / "ckpt-step00000002.pt"
+    planted.parent.mkdir(parents=True)
+    torch.save(state, planted)
+    args = argparse.Namespace(resume=str(planted), run_dir=None, preset=None)
+    with pytest.raises(CheckpointError, match="names alerts.on_alert = 'touch .*which resuming"):
+        resume_config(args, [])
+    command = f"alerts.on_alert='touch {tmp_path / 'ran'}'"
+    cfg, _ = resume_config(args, [command])  # named by the user: accepted
+    assert cfg.alerts.on_alert == f"touch {tmp_path / 'ran'}"

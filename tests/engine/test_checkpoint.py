@@ -319,7 +319,7 @@ def test_fp16_overflow_skips_are_counted_and_collapse_warns(tiny_config) -> None
     train = [e for e in events if e["type"] == "train"][-1]
     assert train["skipped_steps"] == 18  # every step overflowed and was skipped
     assert train["grad_scale"] == 65536.0 / 2**18
-    assert any(e.get("kind") == "overflow" for e in events)
+    assert any(e.get("kind") == "alert" and e["alert"] == "scale_collapse" for e in events)
 
 
 def test_refused_resume_writes_no_checkpoint(tiny_config, tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from tuitrain.engine.diagnostics import STRAGGLER_QUIET, Diagnostics
+from tuitrain.engine.diagnostics import Diagnostics
+from tuitrain.metrics.alerts import QUIET
 from tuitrain.metrics.records import straggler
 from tuitrain.ui.view import MAX_RANK_ROWS, rank_note, rank_rows, rank_table
 
@@ -29,22 +30,27 @@ class _Sink:
         self.records.append(record)
 
 
-def diagnostics() -> Diagnostics:
-    return Diagnostics(_Sink(), log_every=10, data={"loader": "device"}, device="cpu")  # type: ignore[arg-type]
+def test_alert_once_per_episode_not_per_flicker() -> None:
+    sink = _Sink()
+    diagnostics = Diagnostics(sink, log_every=10, data={"loader": "device"}, device="cpu")  # type: ignore[arg-type]
+    step = 0
 
+    def log(busy: list[float]) -> None:
+        nonlocal step
+        step += 10
+        diagnostics.check({"data_wait_frac": 0.0, "rank_busy_s": busy}, step)
 
-def test_warning_once_per_episode_not_per_flicker() -> None:
-    trainer = diagnostics()
-    said = trainer.sink.records  # type: ignore[attr-defined]
+    said = sink.records
     for busy in ([1, 2], [1, 2], [1, 1], [1, 2]):  # rank 1 slow, a flicker, slow again
-        trainer.check_straggler(busy)
+        log(busy)
     assert len(said) == 1 and said[0]["rank"] == 1 and said[0]["level"] == "warning"
+    assert said[0]["kind"] == "alert" and said[0]["alert"] == "straggler"
     assert "2.00x" not in said[0]["message"] and "1.33x the median" in said[0]["message"]
-    for _ in range(STRAGGLER_QUIET):  # a long quiet spell: the next episode is news
-        trainer.check_straggler([1, 1])
-    trainer.check_straggler([1, 2])
+    for _ in range(QUIET):  # a quiet spell: the next episode is news
+        log([1, 1])
+    log([1, 2])
     assert len(said) == 2
-    trainer.check_straggler([2, 1])  # another rank takes over: news at once
+    log([2, 1])  # another rank takes over: news at once
     assert len(said) == 3 and said[-1]["rank"] == 0
 
 

@@ -23,6 +23,7 @@ import tuitrain
 from tuitrain.config import Config
 from tuitrain.engine.control import Control
 from tuitrain.engine.device import device_name, tf32_active, unused_gpu_warning
+from tuitrain.engine.diagnostics import StallWatch
 from tuitrain.engine.factory import is_memory_error
 from tuitrain.engine.setup import DistInfo, RunParts, build_parts
 from tuitrain.engine.trainer import Trainer
@@ -141,13 +142,15 @@ def run(
                         step=trainer.step,
                     )
                 )
-        status = trainer.fit()
+        with StallWatch(control, trainer.diagnostics, cfg.alerts.stall_s):
+            status = trainer.fit()
         trainer.profiler.close(sink)  # a profile the run's end cut short: what it has
     except BaseException as exc:  # noqa: BLE001 - every failure must end the run cleanly
         return fail(exc, sink, control, trainer, started)
     finally:
         if trainer is not None:
             trainer.profiler.close()
+            trainer.diagnostics.close()  # on_alert commands still running: their time limit
     reason = control.stop_reason if status == "stopped" else "reached the configured steps/epochs"
     control.state = status
     result = RunResult(

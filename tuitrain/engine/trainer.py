@@ -23,6 +23,7 @@ from tuitrain.engine.control import Control
 from tuitrain.engine.device import synchronize
 from tuitrain.engine.diagnostics import Diagnostics
 from tuitrain.engine.meter import IntervalMeter
+from tuitrain.engine.precision import bf16_supported
 from tuitrain.engine.profiling import StepProfiler
 from tuitrain.engine.ranktime import ForwardClock
 from tuitrain.engine.setup import DistInfo, RunParts
@@ -76,8 +77,17 @@ class Trainer:
         # per val image, in the val order: did the last evaluation get it right? (device bools)
         self.val_correct: torch.Tensor | None = None
         self.throughputs: list[float] = []
+        settings = cfg.to_dict()
         self.diagnostics = Diagnostics(
-            sink, cfg.train.log_every, cfg.to_dict()["data"], str(parts.device)
+            sink,
+            cfg.train.log_every,
+            settings["data"],
+            str(parts.device),
+            alerts=settings["alerts"],
+            control=control,
+            is_main=dist.is_main,
+            precision=parts.precision.name,
+            bf16_native=bf16_supported(parts.device),
         )
         # NaN checks need the loss on the host: free on CPU, a sync on CUDA, so there the
         # check runs at log points only.
@@ -216,6 +226,7 @@ class Trainer:
 
             gather_metrics(record, self.dist, self.parts.device)
         if record["loss"] is None or not math.isfinite(record["loss"]):
+            self.diagnostics.alert_nonfinite(self.step)
             raise TrainingError(
                 f"the loss became NaN or Inf before step {self.step}",
                 hint="lower optim.lr, set optim.grad_clip (e.g. 1.0), or use --precision bf16/fp32",

@@ -8,7 +8,15 @@ import math
 from tuitrain.metrics.store import Series, Snapshot
 from tuitrain.ui.view import Frame, last_overflow_step, no_scaler_reason
 from tuitrain.ui.widgets.chart import Line, MetricChart
-from tuitrain.ui.widgets.panel import Panel
+from tuitrain.ui.widgets.panel import Panel, esc
+
+
+def precision_advice(snap: Snapshot) -> str | None:
+    """The run's precision advice (fp16 skipping where bf16 is native, bf16 emulated), if any."""
+    for event in reversed(snap.events):
+        if event.get("kind") in ("advice", "precision") and event.get("message"):
+            return str(event["message"])
+    return None
 
 
 def log2_series(series: Series) -> Series:
@@ -35,6 +43,11 @@ class ScalerPanel(Panel):
         return no_scaler_reason(self.precision(snap)) is None
 
     def summary(self, frame: Frame) -> str:
+        text = self.scaler_text(frame)
+        advice = precision_advice(frame.snap)
+        return f"{text.rstrip()}\n[$warning]advice:[/] {esc(advice)}" if advice else text
+
+    def scaler_text(self, frame: Frame) -> str:
         snap = frame.snap
         reason = no_scaler_reason(self.precision(snap))
         if reason is not None:
