@@ -34,6 +34,10 @@ EXIT_CODES_HELP = """exit codes:
 
 The gap is fp32 minus mixed accuracy in points (positive: the mixed run is worse); the
 verdict uses its absolute value. One test image is worth 100 / test-set size points.
+Its noise, from both runs' last evaluations paired image by image: `discordant` (images
+only fp32 got right, only mixed got right), an exact McNemar `p_value`, and
+`gap_ci95_points`, a paired 95% interval of the gap (Newcombe's hybrid score method);
+when the verdict and the noise disagree, `noise_note` says so and what would settle it.
 """
 
 
@@ -250,7 +254,11 @@ def format_table(result: ParityResult, run_dir: Path) -> str:
             f"test set     {r.test_set_size:,} images: one image = {r.one_image_points:.2f}"
             f" point; a PASS allows a net {_plural(images, 'image')}"
         )
+    if noise := r.noise_line():
+        lines.append(f"noise        {noise}")
     lines.append(f"verdict      {verdict_line(r)}")
+    if note := r.noise_note:
+        lines.append(f"             {note}")
     lines.append(f"run dir      {run_dir} (parity.json, parity.log, metrics.jsonl)")
     return "\n".join(lines)
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tuitrain.parity_cli import main
+from tuitrain.engine.parity_report import EpochRow, PairedCounts, ParityResult
+from tuitrain.parity_cli import format_table, main
 
 ROOT = Path(__file__).resolve().parents[2]
 PASS_ARGS = ["--epochs", "1", "--mixed", "bf16", "--set", "optim.lr=3e-4", "--seed", "4"]
@@ -28,6 +29,7 @@ JSON_FIELDS = [
     "fp32_val_acc", "mixed_val_acc", "gap_points", "verdict", "speedup", "per_epoch",
     "test_set_size", "one_image_points", "epochs", "mixed", "fp32_samples_per_s",
     "mixed_samples_per_s", "early_max_rel_loss_diff", "early_steps", "status", "train_loss",
+    "discordant", "p_value", "gap_ci95_points", "noise_note", "paired",
 ]  # fmt: skip
 # without `tuitrain parity` wired into tuitrain/cli.py, run the module's main directly
 ENTRY = "import sys; from tuitrain.parity_cli import main; sys.exit(main(sys.argv[1:]))"
@@ -50,6 +52,12 @@ def test_json_pass_exits_0_and_writes_the_run_dir(tmp_path: Path, capsys) -> Non
     assert result["test_set_size"] == 1000 and result["one_image_points"] == pytest.approx(0.1)
     assert abs(result["gap_points"]) <= 0.5 and result["speedup"] > 0
     assert result["per_epoch"][0]["gap_points"] == result["gap_points"]
+    # the noise: paired on the same 1,000 images, the gap inside its 95% interval
+    only = result["discordant"]
+    assert only["fp32_only"] - only["mixed_only"] == round(10 * result["gap_points"])
+    assert 0 < result["p_value"] <= 1
+    low, high = result["gap_ci95_points"]
+    assert low <= result["gap_points"] <= high and high - low > 0.1
     assert result["run_dir"] == str(run_dir)
     assert json.loads((run_dir / "parity.json").read_text())["verdict"] == "PASS"
     assert (run_dir / "config.toml").is_file()
@@ -75,6 +83,25 @@ def test_a_real_fail_exits_3_with_a_readable_table(tmp_path: Path, capsys) -> No
     assert "early check" not in out  # --early-steps 0
     assert "a PASS allows a net 2 images" in out
     assert "FAIL: |gap|" in out
+    noise = next(line for line in lines if line.startswith("noise "))
+    assert "only fp32 right" in noise and "only fp16 right" in noise
+    assert "exact McNemar p = < 0.0001" in noise and "gap 95% CI [+" in noise
+    assert "within noise" not in out  # a gap of 20+ points on 500 images is no noise
+
+
+def test_the_table_says_when_the_verdict_and_the_noise_disagree(tmp_path: Path) -> None:
+    r = ParityResult(preset="p", mixed="bf16", device="cpu", epochs=1, seed=0)
+    r.per_epoch = [EpochRow(1, 0.810, 0.804, 0.5, 0.5)]  # gap +0.6: FAIL
+    r.test_set_size, r.paired = 1000, PairedCounts(800, 10, 4, 186)  # 10 vs 4: p = 0.18
+    lines = format_table(r, tmp_path).splitlines()
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict "))
+    assert "FAIL: |gap| 0.60 > 0.5" in lines[verdict]
+    note = lines[verdict + 1].strip()
+    assert note.startswith("FAIL, but within noise: the 95% interval of the gap [")
+    assert "includes 0 (p = 0.18); settle it with more epochs" in note
+    assert "data.val_samples=0" in note and "more seeds" in note
+    noise = lines[verdict - 1]
+    assert noise.startswith("noise        discordant images 10 only fp32 right / 4 only bf16")
 
 
 def test_a_failed_run_exits_1_with_verdict_error(tmp_path: Path, capsys) -> None:
