@@ -11,6 +11,7 @@ import pytest
 
 from tests.ui.pilot_tools import record_notifications, text_of, wait_for
 from tuitrain.config import load_preset
+from tuitrain.engine.parity_report import EpochRow, PairedCounts, ParityResult
 from tuitrain.host import RunHost
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.app import TuitrainApp
@@ -53,12 +54,22 @@ async def test_pushed_screen_shows_table_and_verdict(tmp_path: Path) -> None:
         assert text.startswith(("PASS", "FAIL")), text
         assert "test set 256 images: one image = 0.39 point" in text
         assert "speedup bf16/fp32 = " in text and "×" in text
+        # the noise, from the two runs' last evaluations paired on the same 256 images
+        assert screen.result is not None and screen.result.paired is not None
+        only = screen.result.discordant
+        assert only is not None and screen.result.paired.n == 256
+        assert f"discordant images: {only['fp32_only']} only fp32 right" in text
+        assert f"{only['mixed_only']} only bf16 right" in text
+        assert "gap 95% CI [" in text and "McNemar p = " in text
         table = text_of(screen.query_one("#parity-table"))
         assert "bf16 acc" in table and table.count("%") == 2  # epoch 1: both accuracies
         progress = text_of(screen.query_one("#parity-progress"))
         assert "fp32  step 2/2 · done" in progress and "bf16  step 2/2 · done" in progress
         saved = json.loads((tmp_path / "p" / "parity.json").read_text())
         assert saved["verdict"] == text.split(":")[0]
+        low, high = saved["gap_ci95_points"]
+        assert low <= saved["gap_points"] <= high
+        assert f"gap 95% CI [{low:+.2f}, {high:+.2f}] point" in text
         await pilot.press("escape")
         assert not isinstance(app.screen, ParityScreen)
     assert not parity_threads()
@@ -109,3 +120,24 @@ async def test_escape_cancels_the_check() -> None:
         assert screen.result is not None and screen.result.verdict is None
         assert screen.result.status == "cancelled"
     assert not parity_threads()
+
+
+def test_the_banner_says_when_the_verdict_and_the_noise_disagree() -> None:
+    r = ParityResult(preset="p", mixed="bf16", device="cpu", epochs=1, seed=0)
+    r.per_epoch = [EpochRow(1, 0.803, 0.800, 0.5, 0.5)]  # gap +0.3 on 1,000 images: PASS
+    r.test_set_size, r.paired = 1000, PairedCounts(790, 13, 10, 187)  # 23 discordant
+    screen = ParityScreen(None)
+    screen.result = r
+    text, kind = screen.verdict_text()
+    assert kind == "pass" and text.startswith("PASS: gap +0.30 point")
+    assert "discordant images: 13 only fp32 right, 10 only bf16 right" in text
+    assert "McNemar p = 0.68" in text
+    last = text.splitlines()[-1]
+    assert last.startswith("PASS, but the 95% interval of the gap [")
+    assert "reaches past 0.5 point" in last and "settle it with more epochs" in last
+    # 10,000 images, 3 vs 0: the interval stays within 0.5 point, nothing to add
+    r.per_epoch = [EpochRow(1, 0.8003, 0.8000, 0.5, 0.5)]
+    r.test_set_size, r.paired = 10_000, PairedCounts(8000, 3, 0, 1997)
+    text, _ = screen.verdict_text()
+    assert "McNemar p = 0.25" in text and "but" not in text
+    assert text.splitlines()[-1].startswith("gap 95% CI [-0.02, +0.08] point")

@@ -5,8 +5,9 @@ thread of its own ("tuitrain-parity", not a daemon: it is always stopped and end
 the app is). A hosted training run in progress is paused first, so the two do not share the
 device, and resumed when the screen closes (only when this screen paused it). The screen polls
 the check's `ParityStores` on a timer: progress of both runs, overlaid train-loss curves, the
-per-epoch table and, at the end, a verdict banner with the gap, its resolution and the
-speedup. Escape cancels a check in progress (the thread stops at a step boundary; the screen
+per-epoch table and, at the end, a verdict banner with the gap, its resolution, its noise
+(95% interval, discordant images, McNemar p; a sentence when the verdict and the noise
+disagree) and the speedup. Escape cancels a check in progress (the thread stops at a step boundary; the screen
 closes once it has ended) or closes a finished one.
 """
 
@@ -31,6 +32,7 @@ from tuitrain.engine.parity_report import (
     THRESHOLD_POINTS,
     ParityResult,
     ParityStores,
+    format_p,
 )
 from tuitrain.metrics.store import Snapshot
 from tuitrain.ui.widgets.chart import Line, MetricChart
@@ -235,9 +237,10 @@ class ParityScreen(ModalScreen[None]):
         )
         speed = f"{r.mixed}/fp32 = {r.speedup:.2f}×" if r.speedup else "n/a"
         where = f"\nparity.json in {self.run_dir}" if self.run_dir is not None else ""
+        noise = noise_text(r)
         return (
             f"{r.verdict}: gap {gap:+.2f} point (|gap| {sign} {r.threshold_points}) · {images}"
-            f" · speedup {speed}{where}",
+            f" · speedup {speed}{noise}{where}",
             r.verdict.lower(),
         )
 
@@ -286,6 +289,20 @@ class ParityScreen(ModalScreen[None]):
         """However the screen goes (the app quits), the check stops and the run resumes."""
         self.control.request_stop("parity cancelled")
         self.resume_training()
+
+
+def noise_text(r: ParityResult) -> str:
+    """The verdict's noise on lines of its own (empty without a pairing): the gap's 95%
+    interval, the discordant images, McNemar's p, and the sentence when they disagree."""
+    ci, p, d = r.gap_ci95_points, r.p_value, r.discordant
+    if ci is None or p is None or d is None:
+        return ""
+    text = (
+        f"\ngap 95% CI [{ci[0]:+.2f}, {ci[1]:+.2f}] point · discordant images: "
+        f"{d['fp32_only']:,} only fp32 right, {d['mixed_only']:,} only {r.mixed} right · "
+        f"McNemar p = {format_p(p)}"
+    )
+    return text + (f"\n{r.noise_note}" if r.noise_note else "")
 
 
 def run_progress(snap: Snapshot) -> str:
