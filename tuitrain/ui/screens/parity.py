@@ -7,8 +7,8 @@ device, and resumed when the screen closes (only when this screen paused it). Th
 the check's `ParityStores` on a timer: progress of both runs, overlaid train-loss curves, the
 per-epoch table and, at the end, a verdict banner with the gap, its resolution, its noise
 (95% interval, discordant images, McNemar p; a sentence when the verdict and the noise
-disagree) and the speedup. Escape cancels a check in progress (the thread stops at a step boundary; the screen
-closes once it has ended) or closes a finished one.
+disagree) and the speedup. Escape cancels a check in progress (the thread stops at a step
+boundary; the screen closes once it has ended) or closes a finished one.
 """
 
 from __future__ import annotations
