@@ -44,10 +44,11 @@ from tuitrain.ui.view import (
     TEXT_INTERVAL_S,
     Frame,
     failure,
+    latest_alert,
     quiet_seconds,
     silence,
 )
-from tuitrain.ui.widgets.banner import Banner, failure_text
+from tuitrain.ui.widgets.banner import Banner, alert_text, failure_text
 from tuitrain.ui.widgets.datawait import DataWaitPanel
 from tuitrain.ui.widgets.events import EventLog
 from tuitrain.ui.widgets.loss import LossPanel
@@ -230,6 +231,8 @@ class TuitrainApp(SessionApp):
                 str(self.host.run_dir) if self.host and self.host.run_dir else None
             )
             banner.show(failure_text(fail, run_dir), "error")
+        elif (alert := latest_alert(frame.snap)) is not None:
+            banner.show(alert_text(alert))
         else:
             banner.clear()
 

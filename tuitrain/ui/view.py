@@ -336,3 +336,11 @@ def rank_table(latest: Record | None) -> str:
     if rest:
         lines.append(f"[dim]… {rest} more ranks, all faster[/dim]")
     return "\n".join(lines)
+
+
+def latest_alert(snap: Snapshot) -> Record | None:
+    """The newest alert event of the run (kind "alert"), if any."""
+    for event in reversed(snap.events):
+        if event.get("kind") == "alert":
+            return event
+    return None

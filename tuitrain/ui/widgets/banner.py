@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from textual.widgets import Static
 
 from tuitrain.ui.view import Failure
@@ -17,6 +20,17 @@ def failure_text(fail: Failure, run_dir: str | None) -> str:
     tail = f"the traceback is{where} and in the event log · " if fail.traceback else ""
     lines.append(f"{tail}[b]p[/b] pick a preset · [b]q[/b] quit")
     return "\n".join(lines)
+
+
+def alert_text(alert: Mapping[str, Any]) -> str:
+    """The newest alert as the banner shows it: its name, step, message and action."""
+    name = str(alert.get("alert") or "alert")
+    message = str(alert.get("message") or "").removeprefix(f"alert {name}: ")
+    step = alert.get("step")
+    at = f" at step {step}" if isinstance(step, int) else ""
+    action = alert.get("action")
+    acted = f" · action: {esc(str(action))}" if action and action != "warn" else ""
+    return f"[b]⚠ alert {esc(name)}{at}:[/b] {esc(message)}{acted}"
 
 
 class Banner(Static):
