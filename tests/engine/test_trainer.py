@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
@@ -250,6 +251,25 @@ def test_profile_steps_writes_top_table(tiny_config, tmp_path: Path) -> None:
     assert [e for e in sink.of("event") if e.get("kind") == "profile"]
 
 
+def test_profile_steps_writes_a_trace_after_a_warm_up(tiny_config, tmp_path: Path) -> None:
+    """--profile-steps 3: one warm-up step, then 3 counted steps; the table and a Chrome/
+    Perfetto trace of the counted steps (the model's ops in it) lie side by side."""
+    sink = ListSink()
+    run(tiny_config("train.max_steps=6", "train.profile_steps=3"), sink, run_dir=tmp_path)
+    # requested before step 2 (never the first step): step 2 warms up, steps 3-5 counted
+    table_path = tmp_path / "profile-step3.txt"
+    trace_path = tmp_path / "profile-step3.trace.json"
+    assert "aten::" in table_path.read_text()
+    trace = json.loads(trace_path.read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert "aten::conv2d" in names or "aten::addmm" in names
+    steps = {n for n in names if isinstance(n, str) and n.startswith("ProfilerStep#")}
+    assert steps == {"ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"}  # not the warm-up
+    (profile,) = [e for e in sink.of("event") if e.get("kind") == "profile"]
+    assert profile["trace"] == str(trace_path) and str(trace_path) in profile["message"]
+    assert not list(tmp_path.glob(".*tmp-*"))  # the temp file was renamed, not left
+
+
 def test_profile_cut_short_by_the_end_reports_what_it_has(tiny_config, tmp_path: Path) -> None:
     """f pressed near the end (20 steps asked, 3 left): the table of the steps profiled comes
     out before the end record, not nothing."""
@@ -257,7 +277,8 @@ def test_profile_cut_short_by_the_end_reports_what_it_has(tiny_config, tmp_path:
     run(tiny_config("train.max_steps=4", "train.profile_steps=20"), sink, run_dir=tmp_path)
     profiles = [e for e in sink.of("event") if e.get("kind") == "profile"]
     assert len(profiles) == 1 and "aten::" in profiles[0]["table"]
-    assert "the run ended after 3 of the 20 steps" in profiles[0]["message"]
+    # started before step 2: step 2 is the warm-up, steps 3 and 4 are counted
+    assert "the run ended after 2 of the 20 steps" in profiles[0]["message"]
     assert len(list(tmp_path.glob("profile-step*.txt"))) == 1
     kinds = [r["type"] for r in sink.records]
     assert kinds.index("end") > sink.records.index(profiles[0])

@@ -1,18 +1,24 @@
-"""torch.profiler over the next N steps; the top-15 table by device time goes to the run dir."""
+"""torch.profiler over the next N steps: the top-15 table by device time and a Chrome/Perfetto
+trace (`profile-stepN.txt`, `profile-stepN.trace.json`) go to the run dir."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, schedule
 
 from tuitrain.metrics.records import event_record
 from tuitrain.metrics.sinks import Sink
-from tuitrain.safefile import open_nofollow
+from tuitrain.safefile import LinkRefused, open_nofollow, temp_beside
 
 TOP_ROWS = 15
+# Profiled but not counted: the profiler's own start-up (and the first step's allocations)
+# would otherwise dominate the first step of the table and the trace.
+WARMUP_STEPS = 1
 
 
 class StepProfiler:
@@ -37,17 +43,19 @@ class StepProfiler:
             activities = [ProfilerActivity.CPU]
             if self.device.type == "cuda":
                 activities.append(ProfilerActivity.CUDA)
-            self._prof = profile(activities=activities, record_shapes=False)
+            plan = schedule(wait=0, warmup=WARMUP_STEPS, active=self.pending, repeat=1)
+            self._prof = profile(activities=activities, schedule=plan, record_shapes=False)
             self._prof.__enter__()
-            self.remaining, self.pending = self.pending, 0
-            self.requested = self.remaining
-            self.first_step = step + 1
+            self.requested, self.pending = self.pending, 0
+            self.remaining = self.requested + WARMUP_STEPS
+            self.first_step = step + 1 + WARMUP_STEPS  # the first step counted
 
     def after_step(self, sink: Sink) -> None:
         if self._prof is None:
             return
         self.remaining -= 1
         if self.remaining > 0:
+            self._prof.step()  # warm-up -> recording; nothing else between steps
             return
         self.finish(sink)
 
@@ -58,13 +66,14 @@ class StepProfiler:
         self._prof.__exit__(None, None, None)
         sort_by = "self_cuda_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
         table = self._prof.key_averages().table(sort_by=sort_by, row_limit=TOP_ROWS)
-        self._prof = None
-        where = ""
+        prof, self._prof = self._prof, None
+        where, trace = "", None
         if self.run_dir is not None:
             path = self.run_dir / f"profile-step{self.first_step}.txt"
             with open_nofollow(path, "w", encoding="utf-8") as f:
                 f.write(table + "\n")
-            where = f", table in {path}"
+            trace = export_trace(prof, self.run_dir / f"profile-step{self.first_step}.trace.json")
+            where = f", table in {path}, trace in {trace} (open in https://ui.perfetto.dev)"
         sort_name = "device" if self.device.type == "cuda" else "CPU"
         sink.write(
             event_record(
@@ -72,6 +81,7 @@ class StepProfiler:
                 f"self {sort_name} time{where}){note}",
                 kind="profile",
                 table=table,
+                trace=str(trace) if trace else None,
             )
         )
 
@@ -79,10 +89,29 @@ class StepProfiler:
         """End a profile still open when the run stops or fails: a profiler left running
         crashes the interpreter at exit. With `sink` (the run ended normally or was stopped),
         the steps profiled so far are reported rather than dropped."""
-        done = self.requested - self.remaining
+        done = self.requested - self.remaining  # counted steps done (not the warm-up)
         if self._prof is not None and sink is not None and done > 0:
             self.finish(sink, f"; the run ended after {done} of the {self.requested} steps")
             return
         if self._prof is not None:
             prof, self._prof = self._prof, None
             prof.__exit__(None, None, None)
+
+
+def export_trace(prof: Any, path: Path) -> Path:
+    """The profile as Chrome/Perfetto JSON at `path`. torch writes by name, so it writes to a
+    fresh temp file created here (O_EXCL, never a link), renamed over `path` (a link planted
+    there is replaced, never written through)."""
+    tmp = temp_beside(path)
+    try:
+        with open_nofollow(tmp, "x", encoding="utf-8"):
+            pass  # the name is ours now
+        prof.export_chrome_trace(str(tmp))
+        if os.path.islink(tmp):
+            raise LinkRefused(f"{tmp} became a symbolic link while the trace was written")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    return path
