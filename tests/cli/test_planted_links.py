@@ -15,15 +15,14 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--set", "data.train_samples=256", "--set", "data.val_samples=256", "--max-steps", "1"]
 PRECIOUS = b"precious: a file the run must never touch\n"
 
-# name planted in the run dir -> does the run go on (the name is only ever replaced)?
-PLANTED = {
-    "metrics.jsonl": False,  # appended to: refused
-    "train.log": False,
-    ".tuitrain.lock": False,  # the lock file is written (pid): refused
-    ".write-test": True,  # the writability probe now uses a fresh name of its own
-    "config.toml.tmp": True,  # the config's temp file used to have this fixed name
-    "config.toml": True,  # renamed over: the link goes, its target stays
-}
+# names a run appends to or writes in place: a link there is refused
+REFUSED = ["metrics.jsonl", "train.log", ".tuitrain.lock"]
+# names only ever replaced (renamed over) or no longer used: the run goes on
+REPLACED = [
+    ".write-test",  # the writability probe now uses a fresh name of its own
+    "config.toml.tmp",  # the config's temp file used to have this fixed name
+    "config.toml",  # renamed over: the link goes, its target stays
+]
 
 
 def run(run_dir: Path) -> subprocess.CompletedProcess:
@@ -38,8 +37,8 @@ def run(run_dir: Path) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("name", list(PLANTED))
-def test_a_planted_link_is_never_written_through(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize("name", REFUSED)
+def test_a_link_where_a_run_appends_is_refused(tmp_path: Path, name: str) -> None:
     victim = tmp_path / "victim.txt"
     victim.write_bytes(PRECIOUS)
     run_dir = tmp_path / "shared" / "run"
@@ -47,15 +46,26 @@ def test_a_planted_link_is_never_written_through(tmp_path: Path, name: str) -> N
     (run_dir / name).symlink_to(victim)
     proc = run(run_dir)
     assert victim.read_bytes() == PRECIOUS
-    if PLANTED[name]:
-        assert proc.returncode == 0, proc.stderr
-        assert (run_dir / "metrics.jsonl").is_file()
-    else:
-        assert proc.returncode == 2, proc.stderr
-        assert "Traceback" not in proc.stderr
-        assert f"{run_dir / name} is a symbolic link" in proc.stderr
-        assert "tuitrain does not write through links" in proc.stderr
-        assert (run_dir / name).is_symlink()  # left for the user to look at
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"{run_dir / name} is a symbolic link" in proc.stderr
+    assert "tuitrain does not write through links" in proc.stderr
+    assert (run_dir / name).is_symlink()  # left for the user to look at
+
+
+def test_links_under_replaced_names_are_never_written_through(tmp_path: Path) -> None:
+    run_dir = tmp_path / "shared" / "run"
+    run_dir.mkdir(parents=True)
+    victims = {}
+    for name in REPLACED:
+        victims[name] = tmp_path / f"victim-{name.strip('.')}"
+        victims[name].write_bytes(PRECIOUS)
+        (run_dir / name).symlink_to(victims[name])
+    proc = run(run_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert all(v.read_bytes() == PRECIOUS for v in victims.values())
+    assert (run_dir / "metrics.jsonl").is_file()
+    assert (run_dir / "config.toml").is_file() and not (run_dir / "config.toml").is_symlink()
 
 
 def test_a_link_in_place_of_a_checkpoint_temp_file_is_not_followed(tmp_path: Path) -> None:
