@@ -97,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="seed for weights, batch order and dropout")
     p.add_argument("--profile-steps", type=int, help="profile N steps with torch.profiler")
     p.add_argument(
+        "--memory-snapshot-steps",
+        type=int,
+        metavar="N",
+        help="record the CUDA allocator for N steps: memory-snapshot-stepS.pickle in the run dir, "
+        "for https://pytorch.org/memory_viz (CUDA only)",
+    )
+    p.add_argument(
         "--on-alert",
         metavar="CMD",
         help="shell command run once per alert, the alert as one JSON object on its stdin "
@@ -121,6 +128,7 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
         ("train.log_every", args.log_every),
         ("train.seed", args.seed),
         ("train.profile_steps", args.profile_steps),
+        ("train.memory_snapshot_steps", args.memory_snapshot_steps),
         ("run.run_dir", args.run_dir),
         ("data.data_dir", args.data_dir),
         ("train.compile", None if args.compile is None else ("on" if args.compile else "off")),

@@ -108,6 +108,13 @@ class TrainConfig:
     seed: int = _f(0, "Seed for weights, dropout and batch order.", min=0, max=2**32 - 1)
     log_every: int = _f(20, "Optimizer steps between log points (the only host syncs).", min=1)
     profile_steps: int = _f(0, "Profile this many steps with torch.profiler (0 = off).", min=0)
+    memory_snapshot_steps: int = _f(
+        0,
+        "Record the CUDA allocator's history for this many steps and write "
+        "memory-snapshot-stepN.pickle for https://pytorch.org/memory_viz (0 = off; CUDA only).",
+        min=0,
+        max=10_000,
+    )
     eval_every_epoch: bool = _f(True, "Evaluate at the end of each epoch.")
     pace_s: float = _f(
         0.0, "Sleep this long after each step (demos and UI tests).", min=0.0, max=60.0

@@ -56,6 +56,7 @@ def test_help_lists_the_contract() -> None:
         "--log-every",
         "--seed",
         "--profile-steps",
+        "--memory-snapshot-steps",
         "--list-presets",
     ]:
         assert flag in proc.stdout
@@ -85,6 +86,18 @@ def test_headless_run_writes_the_contract(tmp_path: Path) -> None:
     # the resolved config is a preset that reproduces the run
     again = load_preset(str(run_dir / "config.toml"))
     assert again.data.train_samples == 512 and again.train.max_steps == 4
+
+
+def test_memory_snapshot_steps_on_cpu_warns_and_exits_0(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = ["--no-ui", "--device", "cpu", "--max-steps", "2", "--run-dir", str(run_dir)]
+    proc = tuitrain(*args, "--memory-snapshot-steps", "2", *TINY)
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    (warned,) = [r for r in records if r.get("kind") == "memory_snapshot"]
+    assert warned["level"] == "warning" and "this run is on CPU" in warned["message"]
+    assert "nothing to record" in proc.stdout + proc.stderr  # the headless line says it too
+    assert not list(run_dir.glob("memory-snapshot*"))
 
 
 def test_default_run_dir_is_under_runs(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@ a second compile. Marked `gpu` and skipped without CUDA (run them on a lent GPU 
 
 from __future__ import annotations
 
+import pickle
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -132,3 +134,18 @@ def test_eval_does_not_compile_a_second_graph() -> None:
         assert run(cfg, sink).status == "completed"
     assert len(sink.of("eval")) == 2
     assert graphs["eval"] == graphs["compile_done"] > 0, graphs
+
+
+def test_memory_snapshot_steps_writes_a_pickle_for_the_viewer(tmp_path: Path) -> None:
+    """--memory-snapshot-steps 2: steps 1-2 recorded, memory-snapshot-step2.pickle in the run
+    dir, the dict PyTorch's memory viewer reads (segments, and the recorded history)."""
+    overrides = [*GPU_TINY, "train.max_steps=4", "train.memory_snapshot_steps=2"]
+    cfg = load_preset("fashion-mini", [*overrides, 'train.compile="off"'])
+    sink = Records()
+    assert run(cfg, sink, run_dir=tmp_path).status == "completed"
+    path = tmp_path / "memory-snapshot-step2.pickle"
+    snapshot = pickle.loads(path.read_bytes())
+    assert isinstance(snapshot, dict) and snapshot["segments"]
+    assert any(snapshot["device_traces"])  # alloc/free events of the recorded steps
+    (event,) = [e for e in sink.of("event") if e.get("kind") == "memory_snapshot"]
+    assert event["path"] == str(path) and event.get("level") != "warning"

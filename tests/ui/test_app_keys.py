@@ -11,6 +11,7 @@ from textual.widgets import Sparkline, Static
 from tests.ui.fake_records import filled_store
 from tests.ui.pilot_tools import record_notifications, text_of, wait_for
 from tuitrain.config import load_preset
+from tuitrain.engine.control import MEMORY_ON_CPU
 from tuitrain.host import RunHost
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui import app as app_module
@@ -18,6 +19,7 @@ from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.screens.help import HelpScreen
 from tuitrain.ui.screens.parity import ParityScreen
 from tuitrain.ui.screens.profile import ProfileScreen
+from tuitrain.ui.session import NEEDS_ENGINE
 from tuitrain.ui.widgets.chart import MetricChart
 
 pytestmark = pytest.mark.timeout(120)
@@ -137,6 +139,28 @@ async def test_checkpoint_and_profile_keys(
         table = text_of(app.screen.query_one("#profile-table"))
         assert "Name" in table and "CPU" in table
         await pilot.press("escape")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, what="the exit")
+
+
+async def test_memory_key_on_cpu_says_why_it_does_nothing(
+    ui_overrides: Callable[..., list[str]],
+) -> None:
+    """m on a CPU run: one line saying the snapshot records the CUDA allocator; no request
+    reaches the engine. Without an engine: the usual line."""
+    idle = TuitrainApp(store=filled_store())
+    said = record_notifications(idle)
+    async with idle.run_test(size=(120, 36)) as pilot:
+        await pilot.press("m")
+        assert said[-1] == NEEDS_ENGINE
+    app = TuitrainApp(host=RunHost(load_preset("fashion-mini", ui_overrides()), MetricStore()))
+    messages = record_notifications(app)
+    async with app.run_test(size=(120, 36)) as pilot:
+        assert app.host is not None
+        await wait_for(pilot, lambda: app.host.control.state == "running", what="the first step")
+        await pilot.press("m")
+        assert messages[-1] == MEMORY_ON_CPU
+        assert not app.memory_wanted and app.host.control.take_memory_snapshot_request() == 0
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running, what="the exit")
 

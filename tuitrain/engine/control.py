@@ -9,9 +9,12 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
+MEMORY_ON_CPU = "memory snapshots record the CUDA allocator; this run is on CPU: nothing to record"
+
 
 class Control:
-    """Stop, pause/resume, checkpoint-now and profile requests, polled between steps."""
+    """Stop, pause/resume, checkpoint-now, profile and memory snapshot requests, polled between
+    steps."""
 
     def __init__(self) -> None:
         self._stop = threading.Event()
@@ -22,6 +25,7 @@ class Control:
         self.exit_code: int | None = None  # set by signal handlers (130, 143)
         self._checkpoint = False
         self._profile_steps = 0
+        self._memory_steps = 0
         self.step = 0  # the last optimizer step the engine finished (set by the engine)
         # A second Ctrl-C/SIGTERM "leaves now" (launch.on_signal) by raising SystemExit in
         # the main thread, wherever it is; never inside a checkpoint save or the end record:
@@ -67,6 +71,10 @@ class Control:
         with self._lock:
             self._profile_steps = steps
 
+    def request_memory_snapshot(self, steps: int) -> None:
+        with self._lock:
+            self._memory_steps = steps
+
     @property
     def in_critical(self) -> bool:
         return self._critical > 0
@@ -104,4 +112,9 @@ class Control:
     def take_profile_request(self) -> int:
         with self._lock:
             steps, self._profile_steps = self._profile_steps, 0
+        return steps
+
+    def take_memory_snapshot_request(self) -> int:
+        with self._lock:
+            steps, self._memory_steps = self._memory_steps, 0
         return steps

@@ -184,6 +184,11 @@ def fail(
     exc: BaseException, sink: Sink, control: Control, trainer: Trainer | None, started: float
 ) -> RunResult:
     """Turn an exception into an error event, an end record and a failed RunResult."""
+    if trainer is not None:  # a CUDA OOM writes a memory snapshot; any failure ends a recording
+        with contextlib.suppress(Exception):
+            if isinstance(exc, torch.OutOfMemoryError):
+                trainer.memory.on_oom(trainer.step + 1, sink)
+            trainer.memory.stop()
     if isinstance(exc, (KeyboardInterrupt, SystemExit)):
         # SystemExit: a second Ctrl-C or SIGTERM (tuitrain.signals) means "leave now". The
         # last checkpoint stays as it was; an end record says how the run ended (best effort).

@@ -22,6 +22,7 @@ from tuitrain.config import Config
 from tuitrain.engine.control import Control
 from tuitrain.engine.device import synchronize
 from tuitrain.engine.diagnostics import Diagnostics
+from tuitrain.engine.memsnap import MemorySnapshot
 from tuitrain.engine.meter import IntervalMeter
 from tuitrain.engine.precision import bf16_supported
 from tuitrain.engine.profiling import StepProfiler
@@ -63,6 +64,7 @@ class Trainer:
             else:
                 clock.attach(parts.model)
         self.profiler = StepProfiler(parts.device, run_dir)
+        self.memory = MemorySnapshot(parts.device, run_dir, enabled=dist.is_main)
         self.step = 0
         self.epoch = 0
         self.epoch_step = 0  # optimizer steps done in the current epoch
@@ -97,6 +99,7 @@ class Trainer:
         self.batch_size = cfg.data.batch_size
         if cfg.train.profile_steps:
             self.profiler.request(cfg.train.profile_steps)
+        self.memory.request(cfg.train.memory_snapshot_steps, sink)
 
     # ---------------------------------------------------------------- the step
     def train_step(self, batches: Any, need_grad_norm: bool) -> None:
@@ -151,6 +154,7 @@ class Trainer:
             status = self.run_epoch()
             if status != "completed":
                 break
+        self.memory.close(self.step, self.sink)  # a recording the run's end cut short
         if status == "completed" or self.cfg.checkpoint.on_stop:
             self.save("stop" if status == "stopped" else "end of training")
         return status
@@ -185,6 +189,7 @@ class Trainer:
         is_log = (self.step + 1) % log_every == 0 or self.step + 1 == p.total_steps
         first = self.step == self.start_step and p.compiled
         self.profiler.maybe_start(None, self.step)
+        self.memory.maybe_start(self.step)
         self.state_sound = False
         self.train_step(batches, need_grad_norm=is_log)
         self.step += 1
@@ -193,6 +198,7 @@ class Trainer:
         self.state_sound = True
         self.samples += self.batch_size * self.cfg.optim.grad_accum * self.dist.world_size
         self.profiler.after_step(self.sink)
+        self.memory.after_step(self.step, self.sink)
         if self.cfg.train.pace_s:
             self.control.sleep(self.cfg.train.pace_s)  # a stop (SIGTERM, q) does not wait it out
         if first:
@@ -241,7 +247,9 @@ class Trainer:
 
     def poll_commands(self, force: bool = False) -> None:
         """Read the control object. Alone: every step. Under DDP: an all-reduce right after
-        each log point (the same step on every rank), so all ranks act together."""
+        each log point (the same step on every rank), so all ranks act together. A memory
+        snapshot is rank 0's alone (no collective): its request is read every step."""
+        self.memory.request(self.control.take_memory_snapshot_request(), self.sink)
         if self.dist.world_size == 1:
             self.stop_wanted = self.control.stop_requested
             self.pause_wanted = self.control.paused

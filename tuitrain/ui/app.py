@@ -28,6 +28,7 @@ from textual.screen import Screen
 from textual.widgets import Footer
 
 from tuitrain.config import Config, describe_presets
+from tuitrain.engine.control import MEMORY_ON_CPU
 from tuitrain.engine.rundir import prepare_run_dir
 from tuitrain.errors import EXIT_SIGINT
 from tuitrain.host import RunHost
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from tuitrain.engine.setup import DistInfo
 
 PROFILE_STEPS = 20
+MEMORY_STEPS = 5  # m: steps of CUDA allocator history (each alloc/free with its stack)
 JOIN_TIMEOUT_S = 30.0  # after the app exits, how long run_app waits for the engine thread
 QUIT_TIP = "Stop at a step boundary, finish writing, exit (press again: exit now)"
 
@@ -82,6 +84,13 @@ class TuitrainApp(SessionApp):
         Binding("space", "toggle_pause", "Pause", tooltip="Pause or resume at a step boundary"),
         Binding("s", "checkpoint", "Checkpoint", tooltip="Save a checkpoint after this step"),
         Binding("f", "profile", "Profile", tooltip=f"Profile the next {PROFILE_STEPS} steps"),
+        Binding(
+            "m",
+            "memory_snapshot",
+            "Memory",
+            show=False,  # the footer is full; ? lists it
+            tooltip=f"Record CUDA memory for {MEMORY_STEPS} steps (pytorch.org/memory_viz)",
+        ),
         Binding("l", "toggle_log_y", "Log y", tooltip="Loss chart: log-scale y axis, or linear"),
         Binding("question_mark", "help", "Help", tooltip="This list of keys"),
         Binding("h,f1", "help", "Help", show=False, tooltip="This list of keys"),
@@ -99,6 +108,7 @@ class TuitrainApp(SessionApp):
         super().__init__(store=store, host=host, overrides=overrides)
         self.profile_wanted = False  # f was pressed: open the table when it arrives
         self.checkpoint_wanted = False  # s was pressed: say where the checkpoint went
+        self.memory_wanted = False  # m was pressed: say where the snapshot went
         self.last_event: object = None  # the newest event already acted on
         self._text_version: tuple[int, bool] = (-1, False)  # (store version, compact layout)
         self.footer = Footer()
@@ -253,6 +263,11 @@ class TuitrainApp(SessionApp):
                 self.profile_wanted = False
                 table = str(event.get("table") or "")
                 self.push_screen(ProfileScreen(str(event.get("message", "")), table))
+            elif kind == "memory_snapshot" and self.memory_wanted:
+                self.memory_wanted = False
+                warned = event.get("level") == "warning"
+                level: SeverityLevel = "warning" if warned else "information"
+                self.notify(str(event.get("message", "")), severity=level, timeout=8)
             elif kind in ("checkpoint", "checkpoint_failed") and self.checkpoint_wanted:
                 self.checkpoint_wanted = False
                 severity: SeverityLevel = "information" if kind == "checkpoint" else "error"
@@ -302,6 +317,18 @@ class TuitrainApp(SessionApp):
         host.control.request_profile(PROFILE_STEPS)
         self.profile_wanted = True
         self.notify(f"profiling the next {PROFILE_STEPS} steps; the table opens when done")
+
+    def action_memory_snapshot(self) -> None:
+        host = self.live_host()
+        if host is None:
+            return
+        device = str((self.store.snapshot().header or {}).get("device") or "")
+        if device and not device.startswith("cuda"):
+            self.notify(MEMORY_ON_CPU, severity="warning", timeout=6)
+            return
+        host.control.request_memory_snapshot(MEMORY_STEPS)
+        self.memory_wanted = True
+        self.notify(f"recording CUDA memory for the next {MEMORY_STEPS} steps", timeout=3)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.BINDINGS))
