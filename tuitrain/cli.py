@@ -93,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="torch.compile the model (default: on for CUDA)",
     )
+    p.add_argument(
+        "--measure-peak",
+        action="store_true",
+        default=None,
+        help="measure the peak TFLOP/s for MFU with a 0.5 s matmul probe on the run's device "
+        "and dtype (default: NVIDIA's datasheet figure; none on CPU)",
+    )
     p.add_argument("--log-every", type=int, help="optimizer steps between log points")
     p.add_argument("--seed", type=int, help="seed for weights, batch order and dropout")
     p.add_argument("--profile-steps", type=int, help="profile N steps with torch.profiler")
@@ -134,7 +141,7 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
         ("train.compile", None if args.compile is None else ("on" if args.compile else "off")),
         ("alerts.on_alert", args.on_alert),
     ]
-    return overrides_from(pairs)
+    return overrides_from(pairs) + (["train.measure_peak=true"] if args.measure_peak else [])
 
 
 def without_nproc(argv: list[str]) -> list[str]:

@@ -116,6 +116,9 @@ class TrainConfig:
         max=10_000,
     )
     eval_every_epoch: bool = _f(True, "Evaluate at the end of each epoch.")
+    measure_peak: bool = _f(
+        False, "Measure the peak TFLOP/s for MFU with a short matmul probe (else: the table)."
+    )
     pace_s: float = _f(
         0.0, "Sleep this long after each step (demos and UI tests).", min=0.0, max=60.0
     )

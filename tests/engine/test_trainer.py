@@ -42,6 +42,12 @@ TRAIN_FIELDS = [
     "grad_scale",
     "skipped_steps",
     "grad_norm",
+    "tflops",
+    "mfu",
+    "host_syncs",
+    "syncs_per_step",
+    "monitor_s",
+    "monitor_frac",
 ]
 HEADER_FIELDS = [
     "preset",

@@ -57,6 +57,9 @@ def header(precision: str = "fp16", device: str = "cuda", total_steps: int = 600
         "steps_per_epoch": 200,
         "total_steps": total_steps,
         "run_dir": "runs/snapshot-run",
+        "flops_per_sample": FLOPS_PER_SAMPLE,
+        "peak_tflops": H200_PEAK[precision] if on_cuda else None,
+        "peak_source": f"table: H200 {precision} dense" if on_cuda else "none known for cpu",
     }
 
 
@@ -90,6 +93,25 @@ def train(step: int, precision: str, on_cuda: bool) -> dict[str, Any]:
         "grad_scale": scale,
         "skipped_steps": skipped,
         "grad_norm": 1.5 + 2.0 * math.exp(-step / 80),
+        **flops_fields(step, precision, on_cuda),
+    }
+
+
+FLOPS_PER_SAMPLE = 27_411_456.0  # the seeds' CNN, forward + backward (FlopCounterMode)
+H200_PEAK = {"bf16": 989.4, "fp16": 989.4, "fp32": 494.7}  # dense; fp32 runs as TF32
+
+
+def flops_fields(step: int, precision: str, on_cuda: bool) -> dict[str, Any]:
+    """Achieved TFLOP/s from the fake samples/s, MFU on the fake H200, the monitor's cost."""
+    rate = 41000 + 3000 * math.sin(step / 11.0) + (0 if step > 20 else -15000)
+    tflops = FLOPS_PER_SAMPLE * rate / 1e12
+    return {
+        "tflops": tflops,
+        "mfu": tflops / H200_PEAK[precision] if on_cuda else None,
+        "host_syncs": 1,
+        "syncs_per_step": 0.5,
+        "monitor_s": 0.0001,
+        "monitor_frac": 0.0001 / (2 * 256 / 41000),
     }
 
 

@@ -40,6 +40,7 @@ def run_b(*, end: bool = True) -> list[dict]:
         rec = dict(rec)
         if rec["type"] == "train":
             rec["samples_per_s"] *= 1.25
+            rec["tflops"] *= 1.25  # the same model: FLOPs per sample x samples/s
         elif rec["type"] == "eval":
             rec["val_acc"] -= 0.0042
         out.append(rec)
@@ -106,6 +107,8 @@ async def test_compare_follows_a_live_run_against_a_finished_one(tmp_path: Path)
             assert LAST_STEP in rows(app)["B"]
             comparison = text_of(app.comparison)
             assert "B/A ×1.25" in comparison  # median samples/s, B over A
+            assert "TFLOP/s B/A ×1.25" in comparison
+            assert "1.11" in rows(app)["A"] and "1.39" in rows(app)["B"]  # median TFLOP/s
             assert "B−A -0.42 pt" in comparison and "not final" not in comparison
             # The charts catch up at 1 Hz, from B's latest series (A's header, loss, B's...).
             b_loss = srcs[1].store.snapshot().series["loss"]

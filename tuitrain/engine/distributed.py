@@ -93,7 +93,7 @@ def gather_metrics(record: dict[str, Any], info: DistInfo, device: torch.device)
     rows = torch.stack(gathered).cpu()
     col = {f: rows[:, i] for i, f in enumerate(fields)}
     for key, how in RANK_MERGE.items():
-        if how == "sum":
+        if how == "sum" and record[key] is not None:
             record[key] = float(col[key].sum())
         elif how == "mean" and record[key] is not None:
             record[key] = float(col[key].mean())

@@ -3,6 +3,11 @@
 The running loss stays on the device; the clock is read after the sync at each log point,
 so samples/s is true device throughput, not the launch rate. Time that is not training
 (compile, evaluation, pause) is excluded by restarting the interval.
+
+The record also says what the monitor cost: `host_syncs` counts the times the engine made the
+host wait for the device since the last record (this log point's sync, evaluations, the end
+of a compile, DDP's all-gather), `monitor_s` the engine's time on metrics at the last log
+point (building the record after the sync, writing it to the sinks, diagnostics and alerts).
 """
 
 from __future__ import annotations
@@ -24,8 +29,19 @@ __all__ = ["IntervalMeter"]
 class IntervalMeter:
     """Accumulates one log interval; `record()` syncs once and returns a `train` record."""
 
-    def __init__(self, device: torch.device, precision: Precision, world_size: int = 1) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        precision: Precision,
+        world_size: int = 1,
+        flops_per_sample: float | None = None,
+        peak_tflops: float | None = None,
+    ) -> None:
         self.device = device
+        self.flops_per_sample = flops_per_sample
+        self.peak_tflops = peak_tflops
+        self.host_syncs = 0  # since the last record
+        self.monitor_carry_s = 0.0  # the last log point's time after its record was built
         self.precision = precision
         self.world_size = world_size
         self.telemetry = Telemetry(device)
@@ -40,6 +56,7 @@ class IntervalMeter:
         self._loss_sum = torch.zeros((), device=self.device, dtype=torch.float32)
         self._micro_batches = 0
         self.grad_norm: torch.Tensor | None = None
+        self.interval_steps = 0  # optimizer steps since the last record (clock restarts or not)
         self.restart_clock()
 
     def restart_clock(self) -> None:
@@ -81,14 +98,26 @@ class IntervalMeter:
         if before is not None and after is not None:
             self._skipped_dev += (after < before).to(torch.int64)  # stays on the device
 
+    def note_sync(self) -> None:
+        """The engine made the host wait for the device (outside this meter's own sync)."""
+        self.host_syncs += 1
+
+    def add_monitor_time(self, seconds: float) -> None:
+        """Time spent on metrics after the record was built (sinks, diagnostics, DDP merge)."""
+        self.monitor_carry_s += seconds
+
     def record(self, step: int, epoch: float, samples_total: int, lr: float) -> dict[str, Any]:
         synchronize(self.device)  # sync point: the one per log interval
-        wall = max(time.perf_counter() - self._t0, 1e-9)
+        synced = time.perf_counter()
+        wall = max(synced - self._t0, 1e-9)
         loss = (self._loss_sum / max(self._micro_batches, 1)).item()  # sync point (already synced)
         scale_tensor = self.precision.scale_tensor()
         grad_scale = float(scale_tensor.item()) if scale_tensor is not None else None
         self.skipped_steps = int(self._skipped_dev.item())
         self._last_scale = grad_scale
+        telemetry = self.telemetry.read()
+        grad_norm = float(self.grad_norm.item()) if self.grad_norm is not None else None
+        monitor = self.monitor_fields(wall, synced)
         record = train_record(
             step=step,
             epoch=epoch,
@@ -99,13 +128,35 @@ class IntervalMeter:
             step_time_s=wall / max(self.steps, 1),
             data_wait_s=self.data_wait_s,
             data_wait_frac=min(self.data_wait_s / wall, 1.0),
-            telemetry=self.telemetry.read(),
+            telemetry=telemetry,
             grad_scale=grad_scale,
             skipped_steps=self.skipped_steps if self.precision.scaler is not None else None,
-            grad_norm=float(self.grad_norm.item()) if self.grad_norm is not None else None,
+            grad_norm=grad_norm,
+            monitor=monitor,
         )
         if self.forward_clock is not None:  # this rank's own work per step, read after the sync
             record["busy_s"] = (self.data_wait_s + self.forward_clock.read()) / max(self.steps, 1)
         self.last_loss = loss
+        self.host_syncs = 0
+        self.monitor_carry_s = 0.0
         self.restart()
         return record
+
+    def monitor_fields(self, wall: float, synced: float) -> dict[str, float | int | None]:
+        """Achieved TFLOP/s and MFU over the clock's interval (this rank's), and the monitor's
+        cost since the last record: its syncs (this one included) and its time."""
+        tflops = mfu = None
+        if self.flops_per_sample is not None:
+            tflops = self.flops_per_sample * self.samples / wall / 1e12
+            if self.peak_tflops:
+                mfu = tflops / self.peak_tflops
+        syncs = self.host_syncs + 1
+        monitor_s = self.monitor_carry_s + (time.perf_counter() - synced)
+        return {
+            "tflops": tflops,
+            "mfu": mfu,
+            "host_syncs": syncs,
+            "syncs_per_step": syncs / max(self.interval_steps, 1),
+            "monitor_s": monitor_s,
+            "monitor_frac": min(monitor_s / (wall + monitor_s), 1.0),
+        }

@@ -82,6 +82,10 @@ def header_record(
             if parts.device.type == "cuda"
             else None
         ),
+        # forward + backward FLOPs per sample (FlopCounterMode, once); the peak MFU divides by
+        "flops_per_sample": parts.flops_per_sample,
+        "peak_tflops": parts.peak.tflops,
+        "peak_source": parts.peak.source,
     }
 
 

@@ -14,8 +14,15 @@ from torch import nn
 
 from tuitrain.config import Config, OptimConfig
 from tuitrain.engine.data import DataBundle, build_data
-from tuitrain.engine.device import resolve_device
+from tuitrain.engine.device import device_name, resolve_device, tf32_active
 from tuitrain.engine.factory import error_line, is_memory_error
+from tuitrain.engine.flops import (
+    Peak,
+    count_flops_per_sample,
+    measure_peak,
+    peak_dtype,
+    table_peak,
+)
 from tuitrain.engine.models import build_model
 from tuitrain.engine.precision import Precision, make_precision
 from tuitrain.errors import UserError
@@ -48,6 +55,8 @@ class RunParts:
     steps_per_epoch: int
     total_steps: int
     ddp: nn.Module | None = None  # the DistributedDataParallel wrapper, for no_sync()
+    flops_per_sample: float | None = None  # forward + backward, counted once (engine/flops.py)
+    peak: Peak = Peak(None, "not looked up")  # what MFU divides by
 
 
 def seed_everything(seed: int) -> None:
@@ -150,6 +159,9 @@ def build_parts(cfg: Config, dist: DistInfo) -> RunParts:
     if cfg.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
     dry_forward(model, cfg, data, device, precision)
+    flops = count_flops_per_sample(
+        model, data.input_shape, data.num_classes, device, cfg.model.channels_last
+    )
     train_model, ddp = wrap_model(model, cfg, device, dist)
     optimizer = make_optimizer(list(model.parameters()), cfg.optim)
     steps_per_epoch = max(len(data.train) // cfg.optim.grad_accum, 1)
@@ -168,7 +180,17 @@ def build_parts(cfg: Config, dist: DistInfo) -> RunParts:
         steps_per_epoch=steps_per_epoch,
         total_steps=total,
         ddp=ddp,
+        flops_per_sample=flops,
+        peak=run_peak(cfg, device, precision.name),
     )
+
+
+def run_peak(cfg: Config, device: torch.device, precision: str) -> Peak:
+    """The datasheet's peak for this device and dtype, or the matmul probe's (measure_peak)."""
+    dtype = peak_dtype(precision, tf32_active(device))
+    if cfg.train.measure_peak:
+        return measure_peak(device, dtype)
+    return table_peak(device, device_name(device), dtype)
 
 
 def check_grad_accum(cfg: Config, train_batches: int) -> None:

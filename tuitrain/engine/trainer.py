@@ -52,7 +52,13 @@ class Trainer:
         self.cfg, self.parts, self.sink, self.control = cfg, parts, sink, control
         self.dist, self.run_dir = dist, run_dir
         self.criterion = nn.CrossEntropyLoss()
-        self.meter = IntervalMeter(parts.device, parts.precision, dist.world_size)
+        self.meter = IntervalMeter(
+            parts.device,
+            parts.precision,
+            dist.world_size,
+            flops_per_sample=parts.flops_per_sample,
+            peak_tflops=parts.peak.tflops,
+        )
         # DDP: each rank's own forward time shows a straggler. Hooks on the inner module,
         # except under compile (they would break the graph): there the step times the call.
         self.timed_forward: Callable[[], contextlib.AbstractContextManager[None]]
@@ -130,6 +136,7 @@ class Trainer:
         self.lr = float(p.scheduler.get_last_lr()[0])  # the rate this step used
         p.scheduler.step()
         self.meter.steps += 1
+        self.meter.interval_steps += 1
 
     def nonfinite_loss(self, loss: torch.Tensor) -> TrainingError:
         return TrainingError(
@@ -214,6 +221,7 @@ class Trainer:
 
     def compile_done(self) -> None:
         synchronize(self.parts.device)  # sync point: the compile time is measured to here
+        self.meter.note_sync()
         seconds = time.perf_counter() - self.meter._t0
         self.sink.write(
             event_record(
@@ -227,10 +235,12 @@ class Trainer:
 
     def log_point(self) -> None:
         record = self.meter.record(self.step, self.fractional_epoch(), self.samples, self.lr)
+        built = time.perf_counter()  # from here on: the monitor's cost, in the next record
         if self.dist.world_size > 1:  # every rank gets the same mean loss, so the same verdict
             from tuitrain.engine.distributed import gather_metrics
 
             gather_metrics(record, self.dist, self.parts.device)
+            self.meter.note_sync()  # the all-gather's result read on the host
         if record["loss"] is None or not math.isfinite(record["loss"]):
             self.diagnostics.alert_nonfinite(self.step)
             raise TrainingError(
@@ -241,6 +251,7 @@ class Trainer:
         self.sink.write(record)
         self.throughputs.append(record["samples_per_s"])
         self.diagnostics.check(record, self.step)
+        self.meter.add_monitor_time(time.perf_counter() - built)
 
     def fractional_epoch(self) -> float:
         return self.step / self.parts.steps_per_epoch
@@ -328,6 +339,7 @@ class Trainer:
             self.val_correct = torch.cat(hits) if hits else None
         p.model.train()
         self.val_loss = loss_sum.item() / max(count, 1)  # sync point: once per evaluation
+        self.meter.note_sync()
         self.val_acc = correct.item() / max(count, 1)
         self.sink.write(
             {
@@ -348,6 +360,7 @@ class Trainer:
         every rank reaches the same save points)."""
         if self.run_dir is None or self.last_saved_step == self.step:
             return None
+        self.meter.note_sync()  # the state is copied to the host
         if not self.dist.is_main:
             self.save_rank_state()
             return None

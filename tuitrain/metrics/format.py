@@ -19,8 +19,10 @@ __all__ = [
     "format_eval_line",
     "format_event_line",
     "format_header_line",
+    "format_mfu",
     "format_number",
     "format_record",
+    "format_tflops",
     "format_train_line",
     "human_bytes",
     "is_error_record",
@@ -67,6 +69,20 @@ def _onoff(value: Any) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     return DASH if value is None else str(value)
+
+
+def format_tflops(value: float | None) -> str:
+    """Achieved TFLOP/s with three significant digits: ``0.0104 TFLOP/s``, ``412 TFLOP/s``."""
+    if value is None or not math.isfinite(value):
+        return f"{DASH} TFLOP/s"
+    return f"{value:.3g} TFLOP/s" if value < 1000 else f"{value:,.0f} TFLOP/s"
+
+
+def format_mfu(value: float | None) -> str:
+    """``MFU 41.2%``, or ``MFU —`` where no peak is known (CPU without --measure-peak)."""
+    if value is None or not math.isfinite(value):
+        return f"MFU {DASH}"
+    return f"MFU {value * 100:.1f}%"
 
 
 def format_duration(seconds: float | None) -> str:
@@ -140,6 +156,11 @@ def format_train_line(rec: Record, total: int | None = None, eta_s: float | None
     sps = rec.get("samples_per_s")
     if sps is not None and math.isfinite(sps):
         parts.append(f"{sps:,.0f} samples/s")
+    tflops = rec.get("tflops")
+    if tflops is not None and math.isfinite(tflops):
+        parts.append(format_tflops(tflops))
+        if rec.get("mfu") is not None:
+            parts.append(format_mfu(rec["mfu"]))
     wait = rec.get("data_wait_frac")
     if wait is not None:
         parts.append(f"data wait {wait * 100:4.1f}%")

@@ -28,6 +28,15 @@ TELEMETRY_FIELDS = (
     "gpu_util_pct",
     "gpu_mem_used_bytes",
 )
+# Achieved FLOP rate and MFU, then what the monitor itself cost in the interval.
+MONITOR_FIELDS = (
+    "tflops",
+    "mfu",
+    "host_syncs",
+    "syncs_per_step",
+    "monitor_s",
+    "monitor_frac",
+)
 TRAIN_FIELDS = (
     "type",
     "step",
@@ -43,6 +52,7 @@ TRAIN_FIELDS = (
     "grad_scale",
     "skipped_steps",
     "grad_norm",
+    *MONITOR_FIELDS,
 )
 # How DDP merges each rank's figure into rank 0's record (one all-gather per log point):
 # `busy_s` (this rank's data wait + forward per step) becomes the per-rank list `rank_busy_s`,
@@ -57,6 +67,12 @@ RANK_MERGE: dict[str, str] = {
     "mem_alloc_bytes": "max",
     "mem_reserved_bytes": "max",
     "busy_s": "per-rank",
+    "tflops": "sum",
+    "mfu": "mean",
+    "host_syncs": "max",
+    "syncs_per_step": "max",
+    "monitor_s": "max",
+    "monitor_frac": "max",
 }
 
 
@@ -75,11 +91,14 @@ def train_record(
     grad_scale: float | None,
     skipped_steps: int | None,
     grad_norm: float | None,
+    monitor: Mapping[str, int | float | None] | None = None,
 ) -> dict[str, Any]:
-    """A train record with every field of TRAIN_FIELDS, in that order."""
-    unknown = set(telemetry) - set(TELEMETRY_FIELDS)
+    """A train record with every field of TRAIN_FIELDS, in that order (`monitor`: the
+    MONITOR_FIELDS, each null when absent)."""
+    monitor = monitor or {}
+    unknown = (set(telemetry) - set(TELEMETRY_FIELDS)) | (set(monitor) - set(MONITOR_FIELDS))
     if unknown:
-        raise ValueError(f"telemetry fields outside the contract: {sorted(unknown)}")
+        raise ValueError(f"telemetry or monitor fields outside the contract: {sorted(unknown)}")
     return {
         "type": "train",
         "step": step,
@@ -95,6 +114,7 @@ def train_record(
         "grad_scale": grad_scale,
         "skipped_steps": skipped_steps,
         "grad_norm": grad_norm,
+        **{name: monitor.get(name) for name in MONITOR_FIELDS},
     }
 
 
@@ -175,12 +195,12 @@ def straggler(step_times: Sequence[float], factor: float = STRAGGLER_FACTOR) -> 
 TEXT_FIELDS = frozenset(
     {"type", "level", "message", "kind", "hint", "status", "reason", "preset", "device",
      "device_name", "precision", "torch", "tuitrain", "python", "time", "data", "run_dir",
-     "traceback", "weights_digest"}
+     "traceback", "weights_digest", "peak_source"}
 )  # fmt: skip
 NUMBER_FIELDS = frozenset(
     {*TRAIN_FIELDS[1:], "val_acc", "val_loss", "elapsed_s", "world_size", "train_samples",
      "val_samples", "params", "global_batch", "steps_per_epoch", "total_steps",
-     "device_memory_bytes"}
+     "device_memory_bytes", "flops_per_sample", "peak_tflops"}
 )  # fmt: skip
 PER_RANK_FIELDS = frozenset({"rank_step_time_s", "rank_busy_s"})
 

@@ -44,6 +44,7 @@ from tuitrain.ui.view import (
     PLOT_INTERVAL_S,
     TEXT_INTERVAL_S,
     Frame,
+    ThreadCpuShare,
     failure,
     latest_alert,
     quiet_seconds,
@@ -113,6 +114,7 @@ class TuitrainApp(SessionApp):
         self._text_version: tuple[int, bool] = (-1, False)  # (store version, compact layout)
         self.footer = Footer()
         self.watched_path: Path | None = None  # watch mode: the followed metrics.jsonl
+        self.ui_cpu = ThreadCpuShare()  # the UI thread's own CPU share, shown on live runs
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -184,7 +186,15 @@ class TuitrainApp(SessionApp):
         elif host.started_at is not None and host.alive:
             elapsed = time.monotonic() - host.started_at
         pausing = ctl.paused and ctl.state != "paused"
-        return Frame(snap, ctl.state, pausing, True, self.host_memory, elapsed)
+        return Frame(
+            snap,
+            ctl.state,
+            pausing,
+            True,
+            self.host_memory,
+            elapsed,
+            ui_cpu_frac=self.ui_cpu.share(),
+        )
 
     def poll_all(self) -> None:
         self.poll_text()
@@ -193,6 +203,7 @@ class TuitrainApp(SessionApp):
     def poll_text(self) -> None:
         if not self.status_bar.is_attached:
             return  # a tick that lands while the app closes: its screen is already gone
+        self.ui_cpu.sample()
         frame = self.frame()
         self.status_bar.refresh_text(frame, stopping=self.pending is not None)
         self.refresh_banner(frame)

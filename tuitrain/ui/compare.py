@@ -2,7 +2,8 @@
 
 Each run has its own `MetricStore`, fed by its own `JsonlFollower` (built by
 `tuitrain.watch`), so a live run keeps updating. The app shows one row per run (label,
-status, latest step, smoothed loss, median samples/s, last validation accuracy), B against A
+status, latest step, smoothed loss, median samples/s, median achieved TFLOP/s and MFU, last
+validation accuracy), B against A
 (median throughput ratio, validation-accuracy gap), and two charts with both runs overlaid:
 smoothed train loss and samples/s, per step. Text is polled at 2 Hz and the charts at 1 Hz,
 each redrawn only when something it shows changed, from series decimated to the chart's
@@ -49,8 +50,10 @@ COLUMNS = """\
 run: preset (from the run's header) · run dir · status: running, completed, failed, stopped \
 (the end record), waiting (no file yet), silent (no end record, no line for 10 log \
 intervals) · step: latest logged step · loss: train loss smoothed \
-as on the dashboard (EMA {w}) · samples/s: median of the points held · val acc: latest \
-evaluation · B/A: B's median samples/s over A's · gap: B's val acc minus A's, in points"""
+as on the dashboard (EMA {w}) · samples/s: median of the points held · TFLOP/s: median \
+achieved (the run's FLOPs per sample x samples/s) · MFU: median TFLOP/s over the device's peak \
+(— without a known peak: CPUs unless --measure-peak) · val acc: latest evaluation \
+· B/A: B's median samples/s over A's · gap: B's val acc minus A's, in points"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,8 @@ class RunSummary:
     loss: float | None
     median_rate: float | None
     val_acc: float | None
+    median_tflops: float | None = None
+    median_mfu: float | None = None
 
 
 def run_label(snap: Snapshot, path: Path) -> str:
@@ -103,6 +108,8 @@ def summarize(snap: Snapshot, path: Path) -> RunSummary:
         loss=smoothed_series(loss).last if len(loss) else None,
         median_rate=median(snap.get("samples_per_s").ys),
         val_acc=float(acc) if isinstance(acc, (int, float)) else None,
+        median_tflops=median(snap.get("tflops").ys),
+        median_mfu=median(snap.get("mfu").ys),
     )
 
 
@@ -121,8 +128,12 @@ def acc_gap_points(a: RunSummary, b: RunSummary) -> float | None:
 
 
 def comparison_text(a: RunSummary, b: RunSummary) -> str:
-    """`B/A samples/s ×1.32 · val acc B−A −0.10 pt` (content markup)."""
+    """`B/A samples/s ×1.32 · TFLOP/s ×1.32 · val acc B−A −0.10 pt` (content markup); the
+    TFLOP/s ratio differs from the samples/s one when the runs' models differ."""
     ratio = throughput_ratio(a, b)
+    flops_ratio = None
+    if a.median_tflops and b.median_tflops is not None:
+        flops_ratio = b.median_tflops / a.median_tflops
     gap = acc_gap_points(a, b)
     ratio_text = DASH if ratio is None else f"×{ratio:.2f}"
     if gap is None:
@@ -131,8 +142,13 @@ def comparison_text(a: RunSummary, b: RunSummary) -> str:
         final = a.state != "running" and b.state != "running"
         note = "" if final else " [$foreground-muted](not final)[/]"
         gap_text = f"{gap:+.2f} pt{note}"
+    flops_text = (
+        ""
+        if flops_ratio is None
+        else f"[$foreground-muted]TFLOP/s[/] B/A [b]×{flops_ratio:.2f}[/b]   "
+    )
     return (
-        f"[$foreground-muted]median samples/s[/] B/A [b]{ratio_text}[/b]   "
+        f"[$foreground-muted]median samples/s[/] B/A [b]{ratio_text}[/b]   {flops_text}"
         f"[$foreground-muted]val acc[/] B−A [b]{gap_text}[/b]"
     )
 
@@ -141,13 +157,20 @@ def _num(value: float | None, fmt: str) -> str:
     return DASH if value is None or not math.isfinite(value) else format(value, fmt)
 
 
+def tflops_cell(value: float | None) -> str:
+    """Achieved TFLOP/s in at most 7 characters: ``0.0104``, ``41.3``, ``1.2e-05``."""
+    if value is None or not math.isfinite(value):
+        return DASH
+    return f"{value:.3g}" if value >= 0.001 else f"{value:.1e}"
+
+
 def table_text(rows: Sequence[tuple[Source, RunSummary]], width: int) -> str:
     """The runs table as content markup, fitted to `width` columns (labels get the rest)."""
-    fixed = 4 + 1 + 9 + 1 + 10 + 1 + 7 + 1 + 9 + 1 + 7  # marker+name, status .. val acc
+    fixed = 4 + 1 + 9 + 1 + 10 + 1 + 7 + 1 + 9 + 1 + 7 + 1 + 5 + 1 + 7  # marker .. val acc
     label_w = max(8, min(44, width - fixed - 1))
     head = (
         f"    {'run':<{label_w}} {'status':<9} {'step':>10} {'loss':>7} "
-        f"{'samples/s':>9} {'val acc':>7}"
+        f"{'samples/s':>9} {'TFLOP/s':>7} {'MFU':>5} {'val acc':>7}"
     )
     lines = [f"[$foreground-muted]{escape(head)}[/]"]
     for source, s in rows:
@@ -155,10 +178,12 @@ def table_text(rows: Sequence[tuple[Source, RunSummary]], width: int) -> str:
         style = STATE_STYLE.get(s.state, "$foreground")
         step = DASH if s.step is None else f"{s.step:,}"
         acc = DASH if s.val_acc is None else f"{100 * s.val_acc:.2f}%"
+        mfu = DASH if s.median_mfu is None else f"{100 * s.median_mfu:.1f}%"
         lines.append(
             f"[b ${source.color}]■ {source.name}[/] {escape(f'{label:<{label_w}}')} "
             f"[{style}]{s.state:<9}[/] {step:>10} {_num(s.loss, '.4f'):>7} "
-            f"{format_rate(s.median_rate):>9} {acc:>7}"
+            f"{format_rate(s.median_rate):>9} {tflops_cell(s.median_tflops):>7} {mfu:>5} "
+            f"{acc:>7}"
         )
     return "\n".join(lines)
 

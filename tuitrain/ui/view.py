@@ -253,6 +253,29 @@ def pick_unit(max_bytes: float) -> tuple[float, str]:
     return 1.0, "B"
 
 
+class ThreadCpuShare:
+    """The CPU time of the thread that calls `sample()` (the UI's event loop: polling,
+    layout, rendering) per wall second, over windows of `window_s`; None until one closes."""
+
+    def __init__(self, window_s: float = 2.0) -> None:
+        self.window_s = window_s
+        self._start: tuple[float, float] | None = None
+        self._share: float | None = None
+
+    def sample(self) -> None:
+        now = (time.monotonic(), time.thread_time())
+        if self._start is None:
+            self._start = now
+            return
+        wall = now[0] - self._start[0]
+        if wall >= self.window_s:
+            self._share = max(now[1] - self._start[1], 0.0) / wall
+            self._start = now
+
+    def share(self) -> float | None:
+        return self._share
+
+
 @dataclass(frozen=True, slots=True)
 class Frame:
     """Everything a panel may show at one tick: the snapshot plus live facts of the host."""
@@ -264,6 +287,7 @@ class Frame:
     host_memory: int | None = None  # physical memory of this machine, live CPU runs only
     elapsed_s: float | None = None  # wall time since the live run started
     silent_s: float | None = None  # watch mode: how long a run without an end wrote nothing
+    ui_cpu_frac: float | None = None  # live: the UI thread's CPU time per wall second
 
 
 # ------------------------------------------------------------------------------ DDP ranks
