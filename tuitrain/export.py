@@ -38,6 +38,9 @@ TB_TRAIN = {
     "gpu_mem_used_bytes": "memory/gpu_used_bytes",
     "host_rss_bytes": "memory/host_rss_bytes",
     "gpu_util_pct": "perf/gpu_util_pct",
+    "tflops": "perf/tflops",
+    "mfu": "perf/mfu",
+    "monitor_frac": "perf/monitor_frac",
     "grad_scale": "amp/grad_scale",
     "skipped_steps": "amp/skipped_steps",
 }

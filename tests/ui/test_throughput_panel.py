@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+
+import pytest
 
 from tests.ui.fake_records import filled_store
-from tests.ui.pilot_tools import text_of
+from tests.ui.pilot_tools import text_of, wait_for
+from tuitrain.config import load_preset
+from tuitrain.host import RunHost
+from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.view import ThreadCpuShare
 from tuitrain.ui.widgets.throughput import ThroughputPanel, monitor_text
+
+pytestmark = pytest.mark.timeout(120)
 
 
 async def panel_text(precision: str, device: str, size: tuple[int, int]) -> str:
@@ -49,3 +57,24 @@ def test_the_monitor_line_includes_the_ui_share_when_live() -> None:
     latest = {"monitor_frac": 0.0012, "syncs_per_step": 0.05}
     assert "monitor 0.12% · 0.05 syncs/step · UI 0.4% CPU" in monitor_text(latest, 0.004)
     assert monitor_text({}, None) == ""
+
+
+async def test_a_live_run_shows_its_flop_rate_and_the_ui_threads_share(
+    ui_overrides: Callable[..., list[str]],
+) -> None:
+    """A real tiny run: TFLOP/s (no MFU on a CPU), the engine's cost and, once a window of
+    the UI thread's CPU time has closed, its share, in the Throughput panel."""
+    overrides = ui_overrides(epochs=40)
+    app = TuitrainApp(host=RunHost(load_preset("fashion-mini", overrides), MetricStore()))
+    text = ""
+
+    def shown() -> bool:
+        nonlocal text
+        text = text_of(app.query_one(ThroughputPanel).summary_text)
+        return "UI " in text and "TFLOP/s" in text
+
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, shown, what="TFLOP/s and the UI share in the panel")
+        assert "MFU —" in text and "monitor " in text and "syncs/step" in text
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.host is not None and not app.host.alive, what="stop")
