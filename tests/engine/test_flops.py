@@ -150,3 +150,38 @@ def test_a_measured_peak_gives_an_mfu(tiny_config) -> None:  # noqa: ANN001
         assert rec["mfu"] is not None and 0 < rec["mfu"] < 1.5
         assert math.isclose(rec["mfu"], rec["tflops"] / header["peak_tflops"])
         assert "MFU" in format_train_line(rec)
+
+
+def test_ddp_sums_the_ranks_flop_rates(tmp_path) -> None:  # noqa: ANN001
+    """Two gloo ranks: `tflops` is the job's (both ranks' samples), like samples/s; no MFU on
+    a CPU; the log point's sync counted once per rank, the all-gather's in the next record."""
+    import subprocess
+    import sys
+
+    from tests.cli.test_ddp import SMALL, env, records
+
+    cmd = [sys.executable, "-m", "tuitrain", "--nproc", "2", *SMALL, "--max-steps", "4"]
+    cmd += ["--precision", "fp32", "--run-dir", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    recs = records(tmp_path)
+    header, train = recs[0], [r for r in recs if r["type"] == "train"]
+    assert len(train) == 2
+    for rec in train:
+        assert rec["mfu"] is None and isinstance(rec["host_syncs"], int)
+        assert rec["tflops"] == pytest.approx(
+            header["flops_per_sample"] * rec["samples_per_s"] / 1e12, rel=0.02
+        )
+    assert train[0]["host_syncs"] == 1 and train[1]["host_syncs"] == 2  # + the all-gather
+
+
+def test_the_measure_peak_flag_sets_the_config() -> None:
+    from tuitrain.cli import build_parser, flag_overrides
+    from tuitrain.config import load_preset
+
+    overrides = flag_overrides(build_parser().parse_args(["--measure-peak"]))
+    assert "train.measure_peak=true" in overrides
+    assert load_preset("fashion-mini", overrides).train.measure_peak
+    assert not load_preset(
+        "fashion-mini", flag_overrides(build_parser().parse_args([]))
+    ).train.measure_peak

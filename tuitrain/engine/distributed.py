@@ -99,7 +99,8 @@ def gather_metrics(record: dict[str, Any], info: DistInfo, device: torch.device)
             record[key] = float(col[key].mean())
         elif how == "max" and record[key] is not None and key != "step_time_s":
             value = col[key].max()
-            record[key] = int(value) if key.endswith("_bytes") else float(value)
+            whole = key.endswith("_bytes") or key == "host_syncs"
+            record[key] = int(value) if whole else float(value)
     if record["loss"] is not None and not torch.isfinite(col["loss"]).all():
         record["loss"] = None  # any rank's NaN is everyone's NaN
     record["rank_step_time_s"] = [float(v) for v in col["step_time_s"]]
