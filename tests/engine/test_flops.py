@@ -185,3 +185,30 @@ def test_the_measure_peak_flag_sets_the_config() -> None:
     assert not load_preset(
         "fashion-mini", flag_overrides(build_parser().parse_args([]))
     ).train.measure_peak
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("compile_mode", ["off", "on"])
+def test_on_cuda_the_table_peak_gives_an_mfu(tiny_config, compile_mode: str) -> None:  # noqa: ANN001
+    """The same count on the device (and on the plain module under compile); a GPU in the
+    table gives MFU; one sync per log interval, none between (fused optimizer)."""
+    sink = ListSink()
+    cfg = tiny_config(
+        "train.max_steps=8",
+        "train.precision=bf16",
+        "train.device=cuda",
+        f"train.compile={compile_mode}",
+        "data.batch_size=32",
+    )
+    assert run(cfg, sink).status == "completed"
+    (header,) = sink.of("header")
+    assert header["flops_per_sample"] == pytest.approx(27.4e6, rel=0.01)
+    name = torch.cuda.get_device_name()
+    expected = table_peak(torch.device("cuda"), name, "bf16").tflops
+    assert header["peak_tflops"] == expected
+    train = sink.of("train")
+    for rec in train:
+        assert rec["tflops"] > 0
+        assert (rec["mfu"] is None) == (expected is None)
+    assert train[-2]["host_syncs"] == 1 and train[-2]["syncs_per_step"] == 0.5
