@@ -3,8 +3,9 @@ what user code raised in one line."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -25,6 +26,21 @@ def error_line(exc: BaseException) -> str:
     else:
         line = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
     return line if len(line) <= _LINE_MAX else line[: _LINE_MAX - 1] + "…"
+
+
+@contextlib.contextmanager
+def blame_user(sentence: Callable[[str], str]) -> Iterator[None]:
+    """What the user's code (a factory, a dataset's items, a model's forward) raises inside is
+    one UserError, `sentence(error_line(exc))`. A UserError passes as it is, and so does running
+    out of memory (reported as out of memory, with its advice)."""
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as exc:
+        if is_memory_error(exc):
+            raise
+        raise UserError(sentence(error_line(exc))) from exc
 
 
 def is_memory_error(exc: BaseException) -> bool:

@@ -30,7 +30,7 @@ from tuitrain.engine.data import (
     normalise,
     train_batch_count,
 )
-from tuitrain.engine.factory import error_line, is_memory_error, load_factory
+from tuitrain.engine.factory import blame_user, error_line, is_memory_error, load_factory
 from tuitrain.errors import UserError
 
 
@@ -135,26 +135,25 @@ class LoaderSource:
         """The loader's (x, y) batches on the CPU; what the dataset's items or the collation of
         them raise (in this process or a worker's) is one sentence naming the dataset."""
         batches = None
+
+        def sentence(error: str) -> str:
+            return (
+                f"loading a batch of the '{self._split}' split of {self._name} failed ({error});"
+                " fix the dataset: every item an (x, y) pair, x a Tensor of one shape, y an"
+                " integer class."
+            )
+
         while True:
-            try:
+            with blame_user(sentence):  # the yield stays outside: the consumer's errors are ours
                 if batches is None:
                     batches = iter(self._loader)
-                x, y = next(batches)
+                item = next(batches, None)
+                if item is None:
+                    return
+                x, y = item
                 if not isinstance(x, torch.Tensor):
                     raise TypeError(f"x collates to a {type(x).__name__}, not a Tensor")
                 y = torch.as_tensor(y)
-            except StopIteration:
-                return
-            except UserError:
-                raise
-            except Exception as exc:
-                if is_memory_error(exc):
-                    raise  # reported as out of memory, with its advice
-                raise UserError(
-                    f"loading a batch of the '{self._split}' split of {self._name} failed"
-                    f" ({error_line(exc)}); fix the dataset: every item an (x, y) pair, x a"
-                    " Tensor of one shape, y an integer class."
-                ) from exc
             yield x, y
 
     def _as_float(self, x: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from tuitrain.engine.factory import error_line, is_memory_error, load_factory
+from tuitrain.engine.factory import blame_user, load_factory
 from tuitrain.errors import UserError
 
 
@@ -82,17 +82,13 @@ def build_model(name: str, num_classes: int, dropout: float, shape: tuple[int, .
             "or a factory 'package.module:function'."
         )
     factory = load_factory(name, "model.name")
-    try:
+    with blame_user(
+        lambda error: (
+            f"model.name = {name!r}: {name}(num_classes={num_classes}) raised "
+            f"{error}; fix the factory (it is called with the keyword num_classes only)."
+        )
+    ):
         model = factory(num_classes=num_classes)
-    except UserError:
-        raise
-    except Exception as exc:
-        if is_memory_error(exc):
-            raise  # reported as out of memory, with its advice
-        raise UserError(
-            f"model.name = {name!r}: {name}(num_classes={num_classes}) raised {error_line(exc)};"
-            " fix the factory (it is called with the keyword num_classes only)."
-        ) from exc
     if not isinstance(model, nn.Module):
         raise UserError(f"model factory {name} returned {type(model).__name__}, not an nn.Module.")
     if not any(p.requires_grad for p in model.parameters()):

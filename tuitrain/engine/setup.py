@@ -15,7 +15,7 @@ from torch import nn
 from tuitrain.config import Config, OptimConfig
 from tuitrain.engine.data import DataBundle, build_data
 from tuitrain.engine.device import device_name, resolve_device, tf32_active
-from tuitrain.engine.factory import error_line, is_memory_error
+from tuitrain.engine.factory import blame_user
 from tuitrain.engine.flops import (
     Peak,
     count_flops_per_sample,
@@ -220,18 +220,19 @@ def dry_forward(
     name, wanted = cfg.model.name, (1, data.num_classes)
     cuda = [device] if device.type == "cuda" else []
     try:
-        with torch.random.fork_rng(devices=cuda), torch.no_grad(), precision.autocast():
+        with (
+            blame_user(
+                lambda error: (
+                    f"model.name = {name!r} fails on an input of the data's shape "
+                    f"{shape} ({error}); make the model fit the data or the data the model."
+                )
+            ),
+            torch.random.fork_rng(devices=cuda),
+            torch.no_grad(),
+            precision.autocast(),
+        ):
             model.eval()
             out = model(x)
-    except UserError:
-        raise
-    except Exception as exc:
-        if is_memory_error(exc):
-            raise  # reported as out of memory, with its advice
-        raise UserError(
-            f"model.name = {name!r} fails on an input of the data's shape {shape}"
-            f" ({error_line(exc)}); make the model fit the data or the data the model."
-        ) from exc
     finally:
         model.train()
     if not isinstance(out, torch.Tensor):
