@@ -165,12 +165,18 @@ def tflops_cell(value: float | None) -> str:
 
 
 def table_text(rows: Sequence[tuple[Source, RunSummary]], width: int) -> str:
-    """The runs table as content markup, fitted to `width` columns (labels get the rest)."""
-    fixed = 4 + 1 + 9 + 1 + 10 + 1 + 7 + 1 + 9 + 1 + 7 + 1 + 5 + 1 + 7  # marker .. val acc
-    label_w = max(8, min(44, width - fixed - 1))
+    """The runs table as content markup, fitted to `width` columns (labels get the rest).
+    The TFLOP/s and MFU columns go first when the labels (preset · run dir, what tells the
+    runs apart) would not fit whole with them."""
+    fixed = 4 + 1 + 9 + 1 + 10 + 1 + 7 + 1 + 9 + 1 + 7  # marker .. val acc, without perf
+    perf_w = 1 + 7 + 1 + 5  # TFLOP/s, MFU
+    longest = max((len(s.label) for _, s in rows), default=8)
+    perf = width - fixed - perf_w - 1 >= min(longest, 44)
+    label_w = max(8, min(44, width - fixed - (perf_w if perf else 0) - 1))
+    perf_head = f" {'TFLOP/s':>7} {'MFU':>5}" if perf else ""
     head = (
         f"    {'run':<{label_w}} {'status':<9} {'step':>10} {'loss':>7} "
-        f"{'samples/s':>9} {'TFLOP/s':>7} {'MFU':>5} {'val acc':>7}"
+        f"{'samples/s':>9}{perf_head} {'val acc':>7}"
     )
     lines = [f"[$foreground-muted]{escape(head)}[/]"]
     for source, s in rows:
@@ -179,11 +185,11 @@ def table_text(rows: Sequence[tuple[Source, RunSummary]], width: int) -> str:
         step = DASH if s.step is None else f"{s.step:,}"
         acc = DASH if s.val_acc is None else f"{100 * s.val_acc:.2f}%"
         mfu = DASH if s.median_mfu is None else f"{100 * s.median_mfu:.1f}%"
+        perf_cells = f" {tflops_cell(s.median_tflops):>7} {mfu:>5}" if perf else ""
         lines.append(
             f"[b ${source.color}]■ {source.name}[/] {escape(f'{label:<{label_w}}')} "
             f"[{style}]{s.state:<9}[/] {step:>10} {_num(s.loss, '.4f'):>7} "
-            f"{format_rate(s.median_rate):>9} {tflops_cell(s.median_tflops):>7} {mfu:>5} "
-            f"{acc:>7}"
+            f"{format_rate(s.median_rate):>9}{perf_cells} {acc:>7}"
         )
     return "\n".join(lines)
 
