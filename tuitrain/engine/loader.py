@@ -8,6 +8,7 @@ loading them, so a resumed run continues exactly.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -144,16 +145,27 @@ class LoaderSource:
             )
 
         while True:
-            with blame_user(sentence):  # the yield stays outside: the consumer's errors are ours
-                if batches is None:
-                    batches = iter(self._loader)
-                item = next(batches, None)
-                if item is None:
-                    return
-                x, y = item
-                if not isinstance(x, torch.Tensor):
-                    raise TypeError(f"x collates to a {type(x).__name__}, not a Tensor")
-                y = torch.as_tensor(y)
+            try:
+                with blame_user(
+                    sentence
+                ):  # the yield stays outside: the consumer's errors are ours
+                    if batches is None:
+                        batches = iter(self._loader)
+                    item = next(batches, None)
+                    if item is None:
+                        return
+                    x, y = item
+                    if not isinstance(x, torch.Tensor):
+                        raise TypeError(f"x collates to a {type(x).__name__}, not a Tensor")
+                    y = torch.as_tensor(y)
+            except BaseException:
+                # a failed batch: end the loader's workers now (left to the garbage collector,
+                # their shutdown held the process ~10 s after the error was reported)
+                shutdown = getattr(batches, "_shutdown_workers", None)
+                if shutdown is not None:
+                    with contextlib.suppress(Exception):
+                        shutdown()
+                raise
             yield x, y
 
     def _as_float(self, x: torch.Tensor) -> torch.Tensor:
