@@ -13,6 +13,7 @@ import contextlib
 import errno
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -52,16 +53,27 @@ def temp_beside(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
 
 
-def write_atomic_text(path: Path, text: str) -> Path:
-    """Write `text` to a new temp file beside `path`, then rename it over `path` (a link
-    there is replaced, never written through)."""
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A new, empty temp file beside `path` (O_EXCL: nothing planted is reused) for the caller
+    to fill, by name or with `open_nofollow(tmp, "w")`; renamed over `path` when the block
+    ends (a link at `path` is replaced, never written through), removed when it raises."""
     tmp = temp_beside(path)
     try:
-        with open_nofollow(tmp, "x", encoding="utf-8") as f:
-            f.write(text)
+        with open_nofollow(tmp, "x"):
+            pass  # the name is ours now
+        yield tmp
+        if os.path.islink(tmp):  # a writer that goes by name must not have been redirected
+            raise LinkRefused(f"{tmp} became a symbolic link while it was written")
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def write_atomic_text(path: Path, text: str) -> Path:
+    """Write `text` to a new temp file beside `path`, then rename it over `path`."""
+    with replacing(path) as tmp, open_nofollow(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
     return path

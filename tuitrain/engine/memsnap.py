@@ -8,8 +8,6 @@ only under DDP (recording is local to a process: no collective, nothing to agree
 
 from __future__ import annotations
 
-import contextlib
-import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ import torch
 from tuitrain.engine.control import MEMORY_ON_CPU
 from tuitrain.metrics.records import event_record
 from tuitrain.metrics.sinks import Sink
-from tuitrain.safefile import open_nofollow, temp_beside
+from tuitrain.safefile import open_nofollow, replacing
 
 VIEWER = "https://pytorch.org/memory_viz"
 MAX_ENTRIES = 100_000  # alloc/free events kept (torchtitan's default): bounds host memory
@@ -135,13 +133,6 @@ def write_snapshot(path: Path) -> Path:
     """torch.cuda.memory._snapshot() pickled at `path` (what _dump_snapshot writes), through a
     fresh temp file (O_EXCL, never a link) renamed into place."""
     snapshot: Any = torch.cuda.memory._snapshot()
-    tmp = temp_beside(path)
-    try:
-        with open_nofollow(tmp, "xb") as f:
-            pickle.dump(snapshot, f)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    with replacing(path) as tmp, open_nofollow(tmp, "wb") as f:
+        pickle.dump(snapshot, f)
     return path

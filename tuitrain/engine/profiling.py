@@ -3,8 +3,6 @@ trace (`profile-stepN.txt`, `profile-stepN.trace.json`) go to the run dir."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +11,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from tuitrain.metrics.records import event_record
 from tuitrain.metrics.sinks import Sink
-from tuitrain.safefile import LinkRefused, open_nofollow, temp_beside
+from tuitrain.safefile import open_nofollow, replacing
 
 TOP_ROWS = 15
 # Profiled but not counted: the profiler's own start-up (and the first step's allocations)
@@ -102,16 +100,6 @@ def export_trace(prof: Any, path: Path) -> Path:
     """The profile as Chrome/Perfetto JSON at `path`. torch writes by name, so it writes to a
     fresh temp file created here (O_EXCL, never a link), renamed over `path` (a link planted
     there is replaced, never written through)."""
-    tmp = temp_beside(path)
-    try:
-        with open_nofollow(tmp, "x", encoding="utf-8"):
-            pass  # the name is ours now
+    with replacing(path) as tmp:
         prof.export_chrome_trace(str(tmp))
-        if os.path.islink(tmp):
-            raise LinkRefused(f"{tmp} became a symbolic link while the trace was written")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
     return path
