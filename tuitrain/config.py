@@ -75,6 +75,14 @@ class DataConfig:
         224, "Synthetic images are channels x image_size x image_size.", min=8, max=4096
     )
     channels: int = _f(3, "Channels of synthetic images.", min=1, max=64)
+    crop_padding: int = _f(
+        0,
+        "Train-time random crop: pad each image by this many black pixels per side and crop"
+        " back to its size at a random offset, on the device (0 = off).",
+        min=0,
+        max=64,
+    )
+    hflip: bool = _f(False, "Train-time augmentation: flip each image left-right with p = 1/2.")
     train_samples: int = _f(0, "Use only the first N training samples (0 = all).", min=0)
     val_samples: int = _f(0, "Use only the first N validation samples (0 = all).", min=0)
 
@@ -103,6 +111,12 @@ class TrainConfig:
     compile: Literal["auto", "on", "off"] = _f("auto", "torch.compile: auto = on for CUDA only.")
     compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = _f(
         "default", "torch.compile mode."
+    )
+    label_smoothing: float = _f(
+        0.0,
+        "Label smoothing of the training loss (the val loss stays plain cross-entropy).",
+        min=0.0,
+        max=0.99,
     )
     tf32: bool = _f(True, "Allow TF32 matmuls and convolutions on Ampere and newer.")
     seed: int = _f(0, "Seed for weights, dropout and batch order.", min=0, max=2**32 - 1)

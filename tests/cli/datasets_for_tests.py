@@ -11,3 +11,8 @@ def bad_labels(split: str) -> TensorDataset:
     images = torch.rand(64, 1, 28, 28)
     labels = torch.arange(64) % 13
     return TensorDataset(images, labels)
+
+
+def flat_vectors(split: str) -> TensorDataset:
+    """784-long vectors, not images: nothing to crop or flip."""
+    return TensorDataset(torch.rand(64, 784), torch.arange(64) % 10)

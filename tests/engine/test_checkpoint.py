@@ -64,11 +64,19 @@ def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_checkpoint(find_latest(run_dir))["model"]
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
-def test_resume_mid_epoch_is_bit_identical(tmp_path: Path, precision: str) -> None:
+# the fashion presets' recipe: crops, flips and label smoothing must resume exactly too
+RECIPE = ["--set", "data.crop_padding=2", "--set", "data.hflip=true"]
+RECIPE += ["--set", "train.label_smoothing=0.1"]
+
+
+@pytest.mark.parametrize(
+    ("precision", "recipe"), [("fp32", False), ("bf16", False), ("fp16", False), ("fp32", True)]
+)
+def test_resume_mid_epoch_is_bit_identical(tmp_path: Path, precision: str, recipe: bool) -> None:
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     args = [
         *SMALL,
+        *(RECIPE if recipe else []),
         "--precision",
         precision,
         "--set",

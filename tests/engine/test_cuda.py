@@ -86,6 +86,25 @@ def test_no_host_sync_on_steps_that_do_not_log(
     assert len(checked) >= 8, checked  # most steps ran under "error"
 
 
+def test_the_fashion_recipe_needs_no_host_sync(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random crops, flips (drawn per epoch, copied once) and label smoothing: no sync."""
+    checked: list[int] = []
+    sync_checked(monkeypatch, checked)
+    cfg = load_preset(
+        "fashion-bf16",
+        [
+            *GPU_TINY,
+            'train.compile="off"',
+            "train.max_steps=16",  # two epochs: the second epoch's draws are made mid-run
+            "train.eval_every_epoch=false",
+        ],
+    )
+    assert cfg.data.crop_padding and cfg.data.hflip and cfg.train.label_smoothing
+    result = run(cfg, Records())
+    assert result.status == "completed", result.reason
+    assert len(checked) >= 8 and 8 in checked, checked
+
+
 def test_telemetry_is_filled_on_cuda() -> None:
     cfg = load_preset("fashion-mini", [*GPU_TINY, "train.max_steps=8", 'train.compile="off"'])
     sink = Records()

@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from tuitrain.config import DataConfig
+from tuitrain.engine.augment import Augment
 from tuitrain.engine.idx import Log, locate_fashion_mnist, read_split
 from tuitrain.errors import UserError
 
@@ -153,6 +154,7 @@ class DeviceSource:
         self._n, self._pool = len(labels), len(images)
         self.dataset_size = self._n  # the whole split, before sharding
         self._bs = ctx.batch_size(train)
+        self._augment = Augment.from_config(ctx.cfg, ctx.seed, ctx.rank) if train else None
         if train:
             self._per_rank = self._n // ctx.world_size
             self._batches = train_batch_count(self._per_rank, ctx, name)
@@ -163,6 +165,10 @@ class DeviceSource:
 
     def __len__(self) -> int:
         return self._batches
+
+    @property
+    def augment(self) -> Augment | None:
+        return self._augment
 
     def indices(self, epoch: int) -> torch.Tensor:
         """This rank's sample order for `epoch` (CPU, int64), already cut to whole batches."""
@@ -179,10 +185,14 @@ class DeviceSource:
         if device.type == "cuda":
             order = order.pin_memory()  # so the one copy per epoch does not block the host
         order = order.to(device, non_blocking=True)
+        augment = self._augment
+        draws = augment.draws(epoch, self.num_samples, device) if augment else None
         for b in range(start, self._batches):
             idx = order[b * self._bs : (b + 1) * self._bs]
             image_idx = idx.remainder(self._pool) if self._pool < self._n else idx
             x = self._images.index_select(0, image_idx)
+            if augment is not None and draws is not None:
+                x = augment.apply(x, draws, b * self._bs)
             y = self._labels.index_select(0, idx)
             yield normalise(x, self._mean, self._std, self._ctx.channels_last), y
 
@@ -227,8 +237,9 @@ def _fashion_bundle(ctx: SourceContext, log: Log | None) -> DataBundle:
             )  # fmt: skip
     shape = tuple(images.shape[1:])
     return DataBundle(
-        sources["train"], sources["val"], cfg.num_classes, shape, f"{name} ({counts_text(sources)})"
-    )
+        sources["train"], sources["val"], cfg.num_classes, shape,
+        f"{name} ({counts_text(sources)}){aug_text(sources)}",
+    )  # fmt: skip
 
 
 def _synthetic_bundle(ctx: SourceContext) -> DataBundle:
@@ -254,7 +265,7 @@ def _synthetic_bundle(ctx: SourceContext) -> DataBundle:
         )  # fmt: skip
     description = (
         f"synthetic {'×'.join(map(str, shape))} random images, {cfg.num_classes} classes,"
-        f" made on {ctx.device.type} ({counts_text(sources)})"
+        f" made on {ctx.device.type} ({counts_text(sources)}){aug_text(sources)}"
     )
     return DataBundle(sources["train"], sources["val"], cfg.num_classes, shape, description)
 
@@ -262,6 +273,12 @@ def _synthetic_bundle(ctx: SourceContext) -> DataBundle:
 def counts_text(sources: dict[str, Any]) -> str:
     """'60,000 train / 10,000 val' from the sources' full (unsharded) sizes."""
     return f"{sources['train'].dataset_size:,} train / {sources['val'].dataset_size:,} val"
+
+
+def aug_text(sources: dict[str, Any]) -> str:
+    """', train aug: random crop ±2 px + h-flip', or '' when the train split is not augmented."""
+    augment = getattr(sources["train"], "augment", None)
+    return f", train aug: {augment.describe()}" if augment else ""
 
 
 # --------------------------------------------------------------------------- entry point

@@ -18,11 +18,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, Subset
 
 from tuitrain.config import DataConfig
+from tuitrain.engine.augment import Augment
 from tuitrain.engine.data import (
     SPLITS,
     Batch,
     DataBundle,
     SourceContext,
+    aug_text,
     check_labels,
     counts_text,
     epoch_permutation,
@@ -69,6 +71,7 @@ class LoaderSource:
         self._ctx, self._mean, self._std, self._name = ctx, mean, std, name
         self._split = "train" if train else "val"
         self._bs = ctx.batch_size(train)
+        self.augment = Augment.from_config(ctx.cfg, ctx.seed, ctx.rank) if train else None
         n = len(dataset)  # type: ignore[arg-type]
         self.dataset_size = n  # the whole split, before sharding
         if train:
@@ -126,9 +129,15 @@ class LoaderSource:
     def batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
         self._sampler.set_epoch(epoch, start * self._bs)
         device = self._ctx.device
+        augment = self.augment
+        draws = augment.draws(epoch, self.num_samples, device) if augment else None
+        at = start * self._bs
         for x, y in self._loaded():
             check_labels(y, self._ctx.cfg.num_classes, self._split, self._name)  # CPU, no sync
             x = x.to(device, non_blocking=True)
+            if augment is not None and draws is not None:
+                x = augment.apply(self._image_batch(x), draws, at)
+            at += len(y)
             y = y.reshape(len(y)).to(device, non_blocking=True).long()
             yield self._as_float(x), y
 
@@ -167,6 +176,14 @@ class LoaderSource:
                         shutdown()
                 raise
             yield x, y
+
+    def _image_batch(self, x: torch.Tensor) -> torch.Tensor:
+        if x.ndim != 4:
+            raise UserError(
+                f"data.crop_padding / data.hflip need image batches (N×C×H×W); {self._name}"
+                f" gives {tuple(x.shape)}; set both off for this data set."
+            )
+        return x
 
     def _as_float(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.uint8:
@@ -269,6 +286,11 @@ def user_bundle(ctx: SourceContext) -> DataBundle:
             f" {shapes['val']} in the 'val' split; both splits must give inputs of one shape."
         )
     shape = shapes["train"]
+    if (cfg.crop_padding or cfg.hflip) and len(shape) != 3:
+        raise UserError(
+            f"data.crop_padding / data.hflip need images (C×H×W items); {cfg.name} gives"
+            f" items of shape {tuple(shape)}; set both off for this data set."
+        )
     # x: float already, or uint8 which is only scaled by 1/255 (mean 0, std 1)
     sources = {
         split: LoaderSource(ds, ctx, train=split == "train", mean=0.0, std=1.0, name=cfg.name)
@@ -276,5 +298,6 @@ def user_bundle(ctx: SourceContext) -> DataBundle:
     }
     counts = counts_text(sources)
     return DataBundle(
-        sources["train"], sources["val"], cfg.num_classes, shape, f"{cfg.name} ({counts})"
-    )
+        sources["train"], sources["val"], cfg.num_classes, shape,
+        f"{cfg.name} ({counts}){aug_text(sources)}",
+    )  # fmt: skip

@@ -51,7 +51,7 @@ class Trainer:
     ) -> None:
         self.cfg, self.parts, self.sink, self.control = cfg, parts, sink, control
         self.dist, self.run_dir = dist, run_dir
-        self.criterion = nn.CrossEntropyLoss()
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.train.label_smoothing)
         self.meter = IntervalMeter(
             parts.device,
             parts.precision,
