@@ -75,3 +75,22 @@ async def test_gpu_memory_apart_from_the_allocator_and_tf32_in_the_status() -> N
         assert "alloc 1.22 GiB" in first and "reserved" in first and "peak" in first
         assert second == "GPU in use 2.60 GiB / 140 GiB (2%) (all processes) · util 87%"
         assert "fp32 (TF32)" in text_of(app.query_one(StatusBar))
+
+
+def test_overview_names_label_smoothing_only_when_it_is_on() -> None:
+    from tests.ui.fake_records import records
+    from tuitrain.metrics import MetricStore
+    from tuitrain.ui.view import Frame
+    from tuitrain.ui.widgets.overview import OverviewPanel
+
+    def optim_line(smoothing: float | None) -> str:
+        store = MetricStore()
+        for rec in records("bf16", "cpu", steps=4):
+            if rec["type"] == "header" and smoothing is not None:
+                rec["config"]["train"]["label_smoothing"] = smoothing
+            store.push(rec)
+        text = OverviewPanel().summary(Frame(store.snapshot()))
+        return next(line for line in text.splitlines() if "optim[/]" in line)
+
+    assert optim_line(0.1).endswith("warmup 50 · label smoothing 0.1")
+    assert "smoothing" not in optim_line(0.0) and "smoothing" not in optim_line(None)

@@ -30,6 +30,7 @@ class OverviewPanel(Panel):
         norm_text = f"{grad_norm:.3g}" if isinstance(grad_norm, (int, float)) else DASH
         warmup = optim.get("warmup_steps")
         accum = optim.get("grad_accum", 1)
+        smoothing = config_section(snap, "train").get("label_smoothing")
         lines = [
             f"[$foreground-muted]model[/] {esc(model.get('name', DASH))} · "
             f"{human_count(header.get('params'))} params",
@@ -39,7 +40,9 @@ class OverviewPanel(Panel):
             + f" · global {header.get('global_batch', DASH)}"
             + f" · {header.get('steps_per_epoch', DASH)} steps/epoch",
             f"[$foreground-muted]optim[/] {optim.get('name', DASH)} lr {_fmt_lr(optim.get('lr'))} "
-            f"{optim.get('schedule', '')}" + (f", warmup {warmup}" if warmup else ""),
+            f"{optim.get('schedule', '')}"
+            + (f", warmup {warmup}" if warmup else "")
+            + (f" · label smoothing {smoothing}" if smoothing else ""),
             f"[$foreground-muted]now[/] lr {_fmt_lr(latest.get('lr'))} · grad norm {norm_text}",
             f"[$foreground-muted]env[/] torch {header.get('torch', DASH)} · py "
             f"{header.get('python', DASH)} · tuitrain {header.get('tuitrain', DASH)}",
