@@ -94,3 +94,33 @@ def test_overview_names_label_smoothing_only_when_it_is_on() -> None:
 
     assert optim_line(0.1).endswith("warmup 50 · label smoothing 0.1")
     assert "smoothing" not in optim_line(0.0) and "smoothing" not in optim_line(None)
+
+
+def test_loss_panel_shows_the_smoothing_floor_and_the_best_epoch() -> None:
+    import math
+
+    from tests.ui.fake_records import records
+    from tuitrain.metrics import MetricStore
+    from tuitrain.ui.view import Frame
+    from tuitrain.ui.widgets.loss import LossPanel
+
+    def summary(smoothing: float, accs: list[float]) -> str:
+        store = MetricStore()
+        for rec in records("bf16", "cpu", steps=4):
+            if rec["type"] == "header":
+                rec["config"]["train"]["label_smoothing"] = smoothing
+                rec["config"]["data"]["num_classes"] = 10
+            if rec["type"] != "eval":
+                store.push(rec)
+        for epoch, acc in enumerate(accs, 1):
+            store.push({"type": "eval", "step": 10 * epoch, "epoch": epoch, "val_loss": 0.3,
+                        "val_acc": acc})  # fmt: skip
+        return LossPanel().summary(Frame(store.snapshot()))
+
+    # eps = 0.1 over 10 classes: -(0.91 ln 0.91 + 9 * 0.01 ln 0.01)
+    floor = -(0.91 * math.log(0.91) + 0.09 * math.log(0.01))
+    assert f"floor {floor:.3f} (label smoothing)" in summary(0.1, [0.9])
+    assert "floor" not in summary(0.0, [0.9])
+    dipped = summary(0.0, [0.90, 0.93, 0.92])
+    assert "acc 92.00%" in dipped and "best 93.00% (epoch 2)" in dipped
+    assert "best" not in summary(0.0, [0.90, 0.93])  # the latest is the best

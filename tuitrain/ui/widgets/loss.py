@@ -7,7 +7,8 @@ says which ("Loss · log y"), and the compact layout's sparkline follows (log10 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tuitrain.metrics.format import DASH, format_number
 from tuitrain.metrics.store import Series, Snapshot
@@ -18,6 +19,27 @@ from tuitrain.ui.widgets.panel import Panel
 
 def _fmt_loss(value: float | None) -> str:
     return DASH if value is None else f"{value:.4f}"
+
+
+def smoothing_floor(snap: Snapshot) -> float | None:
+    """The least training loss label smoothing allows: the entropy of the smoothed target
+    (eps/K on each class, 1 - eps + eps/K on the true one), or None without smoothing."""
+    config = (snap.header or {}).get("config") or {}
+    try:
+        eps = float(config["train"]["label_smoothing"])
+        k = int(config["data"]["num_classes"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not (0 < eps < 1 and k >= 2):
+        return None
+    on, off = 1 - eps + eps / k, eps / k
+    return -(on * math.log(on) + (k - 1) * off * math.log(off))
+
+
+def best_eval(snap: Snapshot) -> Mapping[str, Any] | None:
+    """The evaluation with the highest accuracy so far (the first of equals)."""
+    scored = [e for e in snap.evals if isinstance(e.get("val_acc"), (int, float))]
+    return max(scored, key=lambda e: e["val_acc"]) if scored else None
 
 
 class LossPanel(Panel):
@@ -45,15 +67,25 @@ class LossPanel(Panel):
             f"[$primary]train[/] {_fmt_loss(smooth)} [$foreground-muted](smoothed; "
             f"last {_fmt_loss(loss.last)})[/]"
         )
+        floor = smoothing_floor(snap)
+        if floor is not None:
+            line1 += f" [$foreground-muted]· floor {floor:.3f} (label smoothing)[/]"
         ev = snap.last_eval
         if ev is None:
             return line1 + "\n[$warning]val[/] [$foreground-muted]after the first epoch[/]"
         acc = ev.get("val_acc")
         acc_text = DASH if acc is None else f"{acc * 100:.2f}%"
-        return (
+        text = (
             f"{line1}\n[$warning]val[/] {_fmt_loss(ev.get('val_loss'))}  "
             f"[b]acc {acc_text}[/b] [$foreground-muted](epoch {format_number(ev.get('epoch'))})[/]"
         )
+        best = best_eval(snap)
+        if best is not None and best is not ev:
+            text += (
+                f" [$foreground-muted]· best {best['val_acc'] * 100:.2f}%"
+                f" (epoch {format_number(best.get('epoch'))})[/]"
+            )
+        return text
 
     def lines(self, snap: Snapshot, buckets: int) -> Sequence[Line]:
         loss = snap.get("loss")
