@@ -119,7 +119,7 @@ def test_loss_panel_shows_the_smoothing_floor_and_the_best_epoch() -> None:
 
     # eps = 0.1 over 10 classes: -(0.91 ln 0.91 + 9 * 0.01 ln 0.01)
     floor = -(0.91 * math.log(0.91) + 0.09 * math.log(0.01))
-    assert f"floor {floor:.3f} (label smoothing)" in summary(0.1, [0.9])
+    assert f"floor {floor:.3f} (smoothing)" in summary(0.1, [0.9])
     assert "floor" not in summary(0.0, [0.9])
     dipped = summary(0.0, [0.90, 0.93, 0.92])
     assert "acc 92.00%" in dipped and "best 93.00% (epoch 2)" in dipped
