@@ -69,7 +69,7 @@ class LossPanel(Panel):
         )
         floor = smoothing_floor(snap)
         if floor is not None:
-            line1 += f" [$foreground-muted]· floor {floor:.3f} (label smoothing)[/]"
+            line1 += f" [$foreground-muted]· floor {floor:.3f} (smoothing)[/]"
         ev = snap.last_eval
         if ev is None:
             return line1 + "\n[$warning]val[/] [$foreground-muted]after the first epoch[/]"
