@@ -35,7 +35,9 @@ def test_fashion_presets_differ_only_in_precision() -> None:
         other["preset"] = base["preset"]
         assert {**other, "train": {**other["train"], "precision": "fp32"}} == base
     cfg = load_preset("fashion-bf16")
-    assert (cfg.data.batch_size, cfg.optim.name, cfg.optim.schedule) == (256, "adamw", "cosine")
+    assert (cfg.data.batch_size, cfg.optim.name, cfg.optim.schedule) == (64, "adamw", "cosine")
+    assert (cfg.data.hflip, cfg.data.crop_padding, cfg.train.label_smoothing) == (True, 0, 0.1)
+    assert (cfg.train.epochs, cfg.model.dropout) == (10, 0.25)
     assert cfg.train.compile == "auto"  # on for CUDA only
 
 
