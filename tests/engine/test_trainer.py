@@ -174,7 +174,7 @@ def test_label_smoothing_bounds_the_train_loss_not_the_val_loss(tiny_config) -> 
     runs = {}
     for smoothing in (0.0, eps):
         sink = ListSink()
-        cfg = tiny_config("train.epochs=3", "data.train_samples=1024", "train.log_every=1")
+        cfg = tiny_config("train.epochs=2", "data.train_samples=1024", "train.log_every=1")
         cfg.train.label_smoothing = smoothing
         run(cfg, sink)
         runs[smoothing] = sink
