@@ -91,21 +91,6 @@ def test_augmentation_leaves_the_global_rng_and_val_alone() -> None:
     assert "aug" not in plain.description
 
 
-def test_flat_user_data_with_augmentation_is_one_sentence(tmp_path: object) -> None:
-    from torch.utils.data import TensorDataset
-
-    from tuitrain.engine.data import SourceContext
-    from tuitrain.engine.loader import LoaderSource
-    from tuitrain.errors import UserError
-
-    cfg = DataConfig(name="x:y", hflip=True, num_workers=0, batch_size=4)
-    ctx = SourceContext(cfg, CPU, 0, 0, 1, False)
-    flat = TensorDataset(torch.rand(8, 784), torch.zeros(8, dtype=torch.int64))
-    source = LoaderSource(flat, ctx, train=True, mean=0.0, std=1.0, name="flat data")
-    with pytest.raises(UserError, match="need image batches.*set both off"):
-        next(iter(source.batches(0)))
-
-
 def test_augmenting_a_data_set_of_vectors_is_refused_before_training() -> None:
     from tuitrain.errors import UserError
 

@@ -27,9 +27,14 @@ from tuitrain.config import DataConfig
 class Draws:
     """One epoch's crop offsets and flips for every sample of this rank, on the device."""
 
+    augment: Augment
     dy: torch.Tensor  # int64 (N,), in [0, 2 * padding]
     dx: torch.Tensor  # int64 (N,)
     flip: torch.Tensor  # bool (N,)
+
+    def __call__(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        """Samples start..start+len(x) of the epoch, cropped and flipped (same dtype)."""
+        return self.augment.apply(x, self, start)
 
 
 class Augment:
@@ -68,7 +73,7 @@ class Augment:
         if device.type == "cuda":
             packed = packed.pin_memory()
         packed = packed.to(device, non_blocking=True)
-        return Draws(packed[0], packed[1], packed[2].bool())
+        return Draws(self, packed[0], packed[1], packed[2].bool())
 
     def apply(self, x: torch.Tensor, draws: Draws, start: int) -> torch.Tensor:
         """Samples start..start+len(x) of the epoch, cropped and flipped (same dtype)."""

@@ -154,7 +154,7 @@ class DeviceSource:
         self._n, self._pool = len(labels), len(images)
         self.dataset_size = self._n  # the whole split, before sharding
         self._bs = ctx.batch_size(train)
-        self._augment = Augment.from_config(ctx.cfg, ctx.seed, ctx.rank) if train else None
+        self.augment = Augment.from_config(ctx.cfg, ctx.seed, ctx.rank) if train else None
         if train:
             self._per_rank = self._n // ctx.world_size
             self._batches = train_batch_count(self._per_rank, ctx, name)
@@ -165,10 +165,6 @@ class DeviceSource:
 
     def __len__(self) -> int:
         return self._batches
-
-    @property
-    def augment(self) -> Augment | None:
-        return self._augment
 
     def indices(self, epoch: int) -> torch.Tensor:
         """This rank's sample order for `epoch` (CPU, int64), already cut to whole batches."""
@@ -185,14 +181,13 @@ class DeviceSource:
         if device.type == "cuda":
             order = order.pin_memory()  # so the one copy per epoch does not block the host
         order = order.to(device, non_blocking=True)
-        augment = self._augment
-        draws = augment.draws(epoch, self.num_samples, device) if augment else None
+        draws = self.augment.draws(epoch, self.num_samples, device) if self.augment else None
         for b in range(start, self._batches):
             idx = order[b * self._bs : (b + 1) * self._bs]
             image_idx = idx.remainder(self._pool) if self._pool < self._n else idx
             x = self._images.index_select(0, image_idx)
-            if augment is not None and draws is not None:
-                x = augment.apply(x, draws, b * self._bs)
+            if draws is not None:
+                x = draws(x, b * self._bs)
             y = self._labels.index_select(0, idx)
             yield normalise(x, self._mean, self._std, self._ctx.channels_last), y
 

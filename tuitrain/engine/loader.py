@@ -129,14 +129,13 @@ class LoaderSource:
     def batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
         self._sampler.set_epoch(epoch, start * self._bs)
         device = self._ctx.device
-        augment = self.augment
-        draws = augment.draws(epoch, self.num_samples, device) if augment else None
+        draws = self.augment.draws(epoch, self.num_samples, device) if self.augment else None
         at = start * self._bs
         for x, y in self._loaded():
             check_labels(y, self._ctx.cfg.num_classes, self._split, self._name)  # CPU, no sync
             x = x.to(device, non_blocking=True)
-            if augment is not None and draws is not None:
-                x = augment.apply(self._image_batch(x), draws, at)
+            if draws is not None:  # user_bundle refused non-image items up front
+                x = draws(x, at)
             at += len(y)
             y = y.reshape(len(y)).to(device, non_blocking=True).long()
             yield self._as_float(x), y
@@ -176,14 +175,6 @@ class LoaderSource:
                         shutdown()
                 raise
             yield x, y
-
-    def _image_batch(self, x: torch.Tensor) -> torch.Tensor:
-        if x.ndim != 4:
-            raise UserError(
-                f"data.crop_padding / data.hflip need image batches (N×C×H×W); {self._name}"
-                f" gives {tuple(x.shape)}; set both off for this data set."
-            )
-        return x
 
     def _as_float(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.uint8:
