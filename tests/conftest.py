@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -11,6 +12,13 @@ from pathlib import Path
 import pytest
 
 from tuitrain.config import Config, load_preset
+
+# Under nohup (SIGHUP ignored) every child a test starts would inherit the ignore, and the
+# tests that hang up on a run would see it carry on (tuitrain keeps a nohup's ignore, on
+# purpose). An ignore survives exec, a handler does not: swap the ignore for a do-nothing
+# handler, so pytest itself still outlives a hang-up and its children start with the default.
+if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: None)
 
 # A real run small enough for a unit test: 512 training images, 256 for validation.
 TINY = ["data.train_samples=512", "data.val_samples=256", "train.log_every=2"]
