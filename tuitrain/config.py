@@ -36,13 +36,15 @@ def _f(default: Any, doc: str, **rules: Any) -> Any:
 @dataclass(kw_only=True, slots=True)
 class PresetInfo:
     description: str = _f("", "One line shown by --list-presets and the preset picker.")
+    gpu: bool = _f(False, "Meant for a GPU: a run of it on a CPU starts with a warning.")
 
 
 @dataclass(kw_only=True, slots=True)
 class ModelConfig:
     name: str = _f(
         "fashion_cnn",
-        "fashion_cnn | resnet18 | mlp, or a user factory 'package.module:function' "
+        "fashion_cnn | resnet18 | resnet18_cifar (3x3 stem, no max-pool: small images) | mlp, "
+        "or a user factory 'package.module:function' "
         "called as factory(num_classes=N) -> nn.Module.",
     )
     dropout: float = _f(0.5, "Dropout before the classifier (fashion_cnn, mlp).", min=0.0, max=0.99)

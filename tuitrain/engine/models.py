@@ -1,4 +1,5 @@
-"""Model registry: the seeds' Fashion-MNIST CNN and MLP, torchvision's ResNet-18, user factories."""
+"""Model registry: the seeds' Fashion-MNIST CNN and MLP, torchvision's ResNet-18 (ImageNet stem
+or, for small images, the CIFAR stem), user factories."""
 
 from __future__ import annotations
 
@@ -65,10 +66,29 @@ def _resnet18(num_classes: int, dropout: float, shape: tuple[int, ...]) -> nn.Mo
     return model
 
 
+def _resnet18_cifar(num_classes: int, dropout: float, shape: tuple[int, ...]) -> nn.Module:
+    """ResNet-18 for small images (He et al.'s CIFAR stem): a 3x3 stride-1 first convolution and
+    no max-pool, so a 28x28 image keeps 28x28 through the first stage (the ImageNet stem would
+    take it to 7x7 before any residual block). The last BN of each block starts at zero, as in
+    Goyal et al.'s large-batch recipe, so each block starts as the identity."""
+    from torchvision.models import resnet18
+
+    if len(shape) != 3 or min(shape[1:]) < 8:
+        raise UserError(
+            f"model resnet18_cifar needs images of at least 8x8 pixels, the data gives {shape}."
+        )
+    model = resnet18(weights=None, num_classes=num_classes, zero_init_residual=True)
+    model.conv1 = nn.Conv2d(shape[0], 64, 3, 1, 1, bias=False)
+    nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
+    model.maxpool = nn.Identity()
+    return model
+
+
 MODELS: dict[str, Callable[[int, float, tuple[int, ...]], nn.Module]] = {
     "fashion_cnn": _fashion_cnn,
     "mlp": _mlp,
     "resnet18": _resnet18,
+    "resnet18_cifar": _resnet18_cifar,
 }
 
 

@@ -89,6 +89,19 @@ def header_record(
     }
 
 
+def gpu_preset_warning(cfg: Config, parts: RunParts) -> tuple[str, str]:
+    """(message, hint) for a GPU preset started on a CPU (or MPS): how big an epoch is."""
+    size = ""
+    if parts.flops_per_sample:
+        samples = parts.steps_per_epoch * cfg.data.batch_size * cfg.optim.grad_accum
+        size = f" ({parts.flops_per_sample * samples / 1e12:,.0f} TFLOP an epoch)"
+    return (
+        f"preset {cfg.name} is meant for a GPU{size} and runs on the {parts.device.type.upper()}"
+        " here, where an epoch can take hours",
+        "run it on a CUDA GPU, or pick fashion-fp32 on this machine",
+    )
+
+
 def run(
     cfg: Config,
     sink: Sink,
@@ -111,6 +124,11 @@ def run(
             message, hint = slow
             sink.write(
                 event_record(f"{message}; {hint}", level="warning", kind="precision", hint=hint)
+            )
+        if cfg.preset.gpu and parts.device.type != "cuda":
+            message, hint = gpu_preset_warning(cfg, parts)
+            sink.write(
+                event_record(f"{message}; {hint}", level="warning", kind="device", hint=hint)
             )
         unused = unused_gpu_warning() if cfg.train.device == "auto" else None
         if unused and parts.device.type == "cpu":
