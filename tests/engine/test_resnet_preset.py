@@ -73,7 +73,9 @@ def test_a_gpu_preset_on_the_cpu_starts_with_a_warning_and_runs() -> None:
     (warning,) = [r for r in sink.records if r["type"] == "event" and r.get("kind") == "device"]
     assert warning["level"] == "warning"
     assert "preset fashion-resnet18-bf16 is meant for a GPU" in warning["message"]
-    assert "TFLOP an epoch" in warning["message"]
+    (header,) = [r for r in sink.records if r["type"] == "header"]
+    tflop = header["flops_per_sample"] * 8 / 1e12  # 8 images an epoch
+    assert f"({tflop:.3g} TFLOP an epoch) and runs on the CPU here" in warning["message"]
     assert warning["hint"] == "run it on a CUDA GPU, or pick fashion-fp32 on this machine"
 
 

@@ -94,7 +94,10 @@ def gpu_preset_warning(cfg: Config, parts: RunParts) -> tuple[str, str]:
     size = ""
     if parts.flops_per_sample:
         samples = parts.steps_per_epoch * cfg.data.batch_size * cfg.optim.grad_accum
-        size = f" ({parts.flops_per_sample * samples / 1e12:,.0f} TFLOP an epoch)"
+        tflop = parts.flops_per_sample * samples / 1e12
+        size = (
+            f" ({tflop:,.0f} TFLOP an epoch)" if tflop >= 100 else f" ({tflop:.3g} TFLOP an epoch)"
+        )
     return (
         f"preset {cfg.name} is meant for a GPU{size} and runs on the {parts.device.type.upper()}"
         " here, where an epoch can take hours",
