@@ -95,9 +95,11 @@ class OptimConfig:
     lr: float = _f(2e-3, "Peak learning rate.", gt=0.0, max=10.0)
     weight_decay: float = _f(1e-4, "Decoupled weight decay (AdamW) or L2 (SGD).", min=0.0, max=1.0)
     momentum: float = _f(0.9, "SGD momentum.", min=0.0, max=1.0)
-    schedule: Literal["cosine", "constant"] = _f("cosine", "Learning-rate schedule after warmup.")
+    schedule: Literal["cosine", "linear", "constant"] = _f(
+        "cosine", "Learning-rate schedule after warmup (cosine or linear decay, or constant)."
+    )
     warmup_steps: int = _f(0, "Linear warmup steps.", min=0)
-    min_lr_ratio: float = _f(0.0, "Cosine floor as a fraction of lr.", min=0.0, max=1.0)
+    min_lr_ratio: float = _f(0.0, "Decay floor as a fraction of lr.", min=0.0, max=1.0)
     grad_clip: float = _f(0.0, "Clip the global grad norm to this value (0 = off).", min=0.0)
     grad_accum: int = _f(1, "Micro-batches accumulated per optimizer step.", min=1, max=4096)
 

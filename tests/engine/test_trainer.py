@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tuitrain.config import OptimConfig
 from tuitrain.engine import Control, run
 from tuitrain.engine import precision as precision_mod
 from tuitrain.engine.device import bf16_supported
@@ -20,6 +21,7 @@ from tuitrain.engine.precision import (
     make_precision,
     resolve_precision,
 )
+from tuitrain.engine.setup import make_schedule
 from tuitrain.metrics import MetricStore, StoreSink
 
 TRAIN_FIELDS = [
@@ -350,3 +352,26 @@ def test_engine_and_metrics_import_without_textual() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "linear", "constant"])
+def test_schedules_warm_up_then_decay_to_the_floor(schedule: str) -> None:
+    cfg = OptimConfig(lr=1.0, schedule=schedule, warmup_steps=10, min_lr_ratio=0.1)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=cfg.lr)
+    sched = make_schedule(opt, cfg, total_steps=110)
+    rates = []
+    for _ in range(110):
+        rates.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert rates[:10] == pytest.approx([k / 10 for k in range(1, 11)])  # linear warmup
+    after = rates[10:]
+    if schedule == "constant":
+        assert after == pytest.approx([1.0] * 100)
+        return
+    assert after[0] == pytest.approx(1.0) and after == sorted(after, reverse=True)
+    # halfway through the decay: cosine and linear both sit at the middle of lr and the floor
+    assert after[50] == pytest.approx(0.55)
+    quarter = 0.1 + 0.9 * (0.75 if schedule == "linear" else (1 + math.cos(math.pi / 4)) / 2)
+    assert after[25] == pytest.approx(quarter)
+    assert 0.1 <= after[-1] < 0.12  # reaches the floor at the last step

@@ -120,7 +120,7 @@ def keep_kernels(
 def make_schedule(
     optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_steps: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warmup, then cosine from lr down to lr * min_lr_ratio (or constant)."""
+    """Linear warmup, then cosine or linear decay from lr to lr * min_lr_ratio (or constant)."""
     warmup = min(cfg.warmup_steps, max(total_steps - 1, 0))
 
     def factor(step: int) -> float:
@@ -129,8 +129,11 @@ def make_schedule(
         if cfg.schedule == "constant":
             return 1.0
         progress = min((step - warmup) / max(total_steps - warmup, 1), 1.0)
-        cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
-        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * cosine
+        if cfg.schedule == "linear":
+            decay = 1.0 - progress
+        else:
+            decay = 0.5 * (1.0 + math.cos(math.pi * progress))
+        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * decay
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
