@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from tuitrain import __version__
 from tuitrain.config import DEFAULT_PRESET, Config, describe_presets, load_preset, overrides_from
+from tuitrain.engine.rundir import refuse_if_held
 from tuitrain.errors import EXIT_SIGINT, OneLineParser, UserError, usable_path
 from tuitrain.launch import resume_config, run_headless
 from tuitrain.signals import defer_signals
@@ -267,11 +268,16 @@ def _main(argv: Sequence[str] | None = None) -> int:
             from tuitrain.launch import launch_nproc
 
             return launch_nproc(args.nproc, without_nproc(argv), nproc_device(args, overrides))
+        main_rank = int(os.environ.get("RANK", "0")) == 0
         if args.resume:
+            if args.run_dir and main_rank:  # said now, not after torch's import
+                refuse_if_held(args.run_dir)
             defer_signals()  # resume_config imports torch to read the checkpoint
             cfg, state = resume_config(args, overrides)
             return run_headless(cfg, resume=state)
         cfg = load_preset(args.preset or DEFAULT_PRESET, overrides)
+        if cfg.run.run_dir and main_rank:
+            refuse_if_held(cfg.run.run_dir)
         if args.no_ui or int(os.environ.get("RANK", "0")) > 0:  # other ranks never draw
             return run_headless(cfg)
         if not has_tty():

@@ -66,26 +66,6 @@ def check_two_rank_run(run_dir: Path, steps: int) -> None:
     assert all(len(r["rank_step_time_s"]) == 2 for r in trains)
 
 
-def test_nproc_flag_runs_ddp(tmp_path: Path) -> None:
-    """Without --no-ui: rank 0 decides on the UI, and without a terminal runs headless."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "tuitrain",
-        "--nproc",
-        "2",
-        *SMALL[1:],
-        "--max-steps",
-        "6",
-        "--run-dir",
-        str(tmp_path),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=180)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stderr.count("no terminal") == 1  # rank 0 says it; rank 1 is quiet
-    check_two_rank_run(tmp_path, 6)
-
-
 def test_torchrun_module_form(tmp_path: Path) -> None:
     cmd = [
         sys.executable,
@@ -192,19 +172,22 @@ def test_a_slow_rank_is_flagged_as_a_straggler(tmp_path: Path) -> None:
     assert flagged[0]["rank"] == 1 and flagged[0]["level"] == "warning"
 
 
-def test_ddp_resume_is_bit_identical(tmp_path: Path) -> None:
-    """A 2-rank resume from a checkpoint in the middle of an epoch and of a log interval logs
-    the same losses and ends with the same weights as the uninterrupted run: rank 1's own
-    loss window (its shard's losses since the last log point) and RNG are saved beside rank
-    0's checkpoint and restored."""
+def test_nproc_flag_runs_ddp_and_resumes_bit_identically(tmp_path: Path) -> None:
+    """`--nproc 2` without --no-ui: rank 0 decides on the UI, and without a terminal runs
+    headless. Then a 2-rank resume from a checkpoint in the middle of an epoch and of a log
+    interval logs the same losses and ends with the same weights as the uninterrupted run:
+    rank 1's own loss window (its shard's losses since the last log point) and RNG are saved
+    beside rank 0's checkpoint and restored."""
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     every_step = ["--epochs", "2", "--set", "checkpoint.every_steps=3",
                   "--set", "checkpoint.keep=10"]  # fmt: skip
-    cmd = [sys.executable, "-m", "tuitrain", "--nproc", "2", *SMALL, *every_step]
+    cmd = [sys.executable, "-m", "tuitrain", "--nproc", "2", *SMALL[1:], *every_step]
     proc = subprocess.run(
         [*cmd, "--run-dir", str(straight)], capture_output=True, text=True, env=env(), timeout=180
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.count("no terminal") == 1  # rank 0 says it; rank 1 is quiet
+    check_two_rank_run(straight, 8)
     saved = straight / "checkpoints"
     assert (saved / "ckpt-step00000003.rank1.pt").is_file()
     (resumed / "checkpoints").mkdir(parents=True)

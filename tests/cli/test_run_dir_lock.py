@@ -49,3 +49,31 @@ def test_a_second_run_in_a_held_run_dir_is_refused(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
+
+
+def test_the_refusal_comes_before_torch_is_imported(tmp_path: Path) -> None:
+    """A held run dir is refused in a blink (no ~5 s torch import first), for a new run and a
+    resume alike; a free one, or one whose run has ended, is not refused by the probe."""
+    from tuitrain.engine.rundir import RunDirLock, refuse_if_held
+    from tuitrain.errors import UserError
+
+    refuse_if_held(tmp_path)  # no lock file yet
+    lock = RunDirLock(tmp_path)  # what a live run holds (its pid inside)
+    try:
+        with pytest.raises(UserError, match=r"in use by a running tuitrain \(pid \d+\)"):
+            refuse_if_held(tmp_path)
+        probe = (
+            "import sys; from tuitrain.cli import main; code = main(sys.argv[1:]); "
+            "print(code, 'torch' in sys.modules)"
+        )
+        for extra in (["--max-steps", "2"], ["--resume", "auto"]):
+            proc = subprocess.run(
+                [sys.executable, "-c", probe, "--no-ui", *extra, "--run-dir", str(tmp_path)],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            assert proc.stdout.split() == ["2", "False"], (proc.stdout, proc.stderr)
+            assert "in use by a running tuitrain" in proc.stderr
+    finally:
+        lock.release()
+    refuse_if_held(tmp_path)  # the run ended: its lock went with it
+    assert (tmp_path / ".tuitrain.lock").read_text().strip().isdigit()

@@ -76,6 +76,35 @@ LOCK_NAME = ".tuitrain.lock"  # rank 0 (or the only process): exclusive, for the
 RANKS_LOCK_NAME = ".tuitrain.ranks.lock"  # the other DDP ranks: shared, while they live
 
 
+def _held_message(run_dir: Path, holder: str) -> str:
+    return (
+        f"run dir {run_dir} is in use by a running tuitrain (pid {holder}); "
+        "stop that run first, or pass another --run-dir."
+    )
+
+
+def refuse_if_held(run_dir: str | Path) -> None:
+    """RunDirLock's refusal, said before torch is imported (~5 s on a small CPU): a shared lock
+    taken and given back at once fails only while a run holds its exclusive one. A probe, not
+    a hold: the run still takes RunDirLock later, so a run that starts in between is caught
+    there. A missing, unreadable or linked lock file is left to RunDirLock."""
+    import fcntl
+
+    path = Path(run_dir).expanduser()
+    try:
+        fd = os.open(path / LOCK_NAME, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return
+    with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(_held_message(path, f.read().strip() or "another process")) from None
+        except OSError:
+            return
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
 class RunDirLock:
     """One writer per run dir. Rank 0 holds an exclusive lock on RUN_DIR/.tuitrain.lock (its
     pid inside, for the message) and checks that no rank of an earlier job still holds
@@ -102,10 +131,7 @@ class RunDirLock:
             f.seek(0)
             holder = f.read().strip() or "another process"
             f.close()
-            raise UserError(
-                f"run dir {self.run_dir} is in use by a running tuitrain (pid {holder}); "
-                "stop that run first, or pass another --run-dir."
-            ) from exc
+            raise UserError(_held_message(self.run_dir, holder)) from exc
         if exclusive:
             f.seek(0)
             f.truncate()
