@@ -33,15 +33,31 @@ if [ -z "$PY" ]; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
-if ! "$PY" -c "import torch" 2>/dev/null; then
-    echo "gpu.sh: torch is not installed for $PY; nothing to measure" >&2
-    exit 2
-fi
-"$PY" - <<'PY'
-import torch, tuitrain
+# one torch import for both the check and the versions (each costs seconds on a small CPU)
+probe=0
+GPU_SH_ALLOW_CPU="${#ALLOW_CPU[@]}" "$PY" - <<'PY' || probe=$?
+import os, sys
+try:
+    import torch
+except ImportError:
+    sys.exit(3)
+import tuitrain
 print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(),
       "| tuitrain", tuitrain.__version__, "from", tuitrain.__file__, flush=True)
+if not torch.cuda.is_available() and os.environ["GPU_SH_ALLOW_CPU"] == "0":
+    print(f"gpu.sh: no CUDA device here (torch {torch.__version__}); run it on a GPU machine, "
+          "or pass --allow-cpu to check the plumbing on this CPU", file=sys.stderr)
+    sys.exit(4)
 PY
+if [ "$probe" -eq 3 ]; then
+    echo "gpu.sh: torch is not installed for $PY; nothing to measure" >&2
+    exit 2
+elif [ "$probe" -eq 4 ]; then
+    exit 2
+elif [ "$probe" -ne 0 ]; then
+    echo "gpu.sh: $PY could not import torch and tuitrain (exit $probe); nothing to measure" >&2
+    exit 2
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,utilization.gpu --format=csv,noheader 2>/dev/null \
     || true
 
