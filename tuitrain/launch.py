@@ -27,19 +27,34 @@ if TYPE_CHECKING:
     from tuitrain.metrics.sinks import Sink
 
 
+def outside_run_dir(path: Path) -> Path:
+    """The run dir a checkpoint lies in (<run_dir>/checkpoints/ckpt-stepN.pt), or a refusal:
+    its parent's parent (a home directory, say) is no run dir to write in."""
+    from tuitrain.engine.rundir import CKPT_DIR
+
+    if path.resolve().parent.name == CKPT_DIR:
+        return path.resolve().parent.parent
+    raise UserError(
+        f"checkpoint {path} is not in a run dir's {CKPT_DIR}/ folder, so there is no run "
+        "to continue in; pass --run-dir for the resumed run's files."
+    )
+
+
 def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Config, dict[str, Any]]:
     """The checkpoint's own config (plus overrides) and its state. The run dir is --run-dir,
     else the run dir the checkpoint lies in; a checkpoint elsewhere needs --run-dir (its
     parent's parent, a home directory say, is no run dir to write in)."""
     from tuitrain.config import apply_overrides, config_from_dict
-    from tuitrain.engine.checkpoint import CKPT_DIR, CheckpointError, find_latest, load_checkpoint
+
+    # said before torch is imported (seconds on a small CPU); where the checkpoint lies is
+    # checked after its contents, so a foreign file is named as such, not as misplaced
+    if args.resume == "auto" and not args.run_dir:
+        raise UserError("--resume auto needs --run-dir: the run whose newest checkpoint to use.")
+
+    from tuitrain.engine.checkpoint import CheckpointError, find_latest, load_checkpoint
     from tuitrain.engine.state import SOURCE_KEY
 
     if args.resume == "auto":
-        if not args.run_dir:
-            raise UserError(
-                "--resume auto needs --run-dir: the run whose newest checkpoint to use."
-            )
         skipped: list[str] = []
         path = find_latest(Path(args.run_dir), skipped)
         for line in skipped:  # a corrupt newest checkpoint is named, not silently passed over
@@ -59,15 +74,8 @@ def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Confi
             f"checkpoint {path} holds no run config, so it was not saved by tuitrain; "
             "resume from a ckpt-step*.pt file of a tuitrain run dir."
         )
-    if args.run_dir:  # the user's choice (the overrides carry it as run.run_dir)
-        run_dir = Path(args.run_dir)
-    elif path.resolve().parent.name == CKPT_DIR:  # <run_dir>/checkpoints/ckpt-stepN.pt
-        run_dir = path.resolve().parent.parent
-    else:
-        raise CheckpointError(
-            f"checkpoint {path} is not in a run dir's {CKPT_DIR}/ folder, so there is no run "
-            "to continue in; pass --run-dir for the resumed run's files."
-        )
+    # --run-dir is the user's choice (the overrides carry it as run.run_dir)
+    run_dir = Path(args.run_dir) if args.run_dir else outside_run_dir(path)
     raw = apply_overrides(state["config"], [*overrides, f'run.run_dir="{run_dir}"'])
     check_factories(path, raw, overrides, args.preset)
     return config_from_dict(raw, name=preset), state

@@ -22,10 +22,10 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from tuitrain.engine.rundir import CKPT_DIR
 from tuitrain.errors import UserError
 from tuitrain.safefile import open_nofollow
 
-CKPT_DIR = "checkpoints"
 LATEST = "latest"
 _NAME = re.compile(r"^ckpt-step(\d{8})\.pt$")
 _RANK_NAME = re.compile(r"^ckpt-step(\d{8})\.rank(\d+)\.pt$")  # another DDP rank's own state

@@ -72,6 +72,7 @@ def sibling_run_dir(previous: Path | None, preset: str) -> Path | None:
     return path  # unreachable; keeps type checkers calm
 
 
+CKPT_DIR = "checkpoints"  # <run_dir>/checkpoints/ckpt-stepN.pt (engine.checkpoint uses it)
 LOCK_NAME = ".tuitrain.lock"  # rank 0 (or the only process): exclusive, for the run's life
 RANKS_LOCK_NAME = ".tuitrain.ranks.lock"  # the other DDP ranks: shared, while they live
 
