@@ -83,7 +83,7 @@ class ListSink(StoreSink):
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_runs_in_each_precision(tiny_config, precision: str) -> None:
-    steps = 4 if precision == "fp16" else 8  # fp16 autocast is emulated (slow) on CPU
+    steps = 8 if precision == "fp32" else 4  # autocast is emulated (slow) on most CPUs
     cfg = tiny_config(f"train.precision={precision}", f"train.max_steps={steps}")
     sink = ListSink()
     result = run(cfg, sink)
