@@ -2,17 +2,17 @@
 
     python3 bench/gpu.py --budget-s 400 --out $OUT/gpu.json
 
-For each run, in priority order (fashion-fp32 first: it is the fp32 reference; fashion-fp16
-before the ResNets; a budget cut drops the tail), a fresh subprocess runs the engine
-in-process (`tuitrain.engine.runner.run`, compile = auto, so on) and reports: samples/s and
-data-wait share (the engine's train records, first interval left out), epoch time (derived:
-samples per epoch / samples/s, evaluation not included), compile time (the compile_done
-event), and host syncs per non-logging step: a wrapper around `Trainer.one_step` turns
-`torch.cuda.set_sync_debug_mode("warn")` on for steps that neither log nor compile (after the
-first interval) and counts the warnings, keeping the first few call sites. Mixed precision is
-compared with fp32 of the same model (fashion-bf16/fp16 with fashion-fp32, resnet18-synth-bf16
-with the same preset at train.precision=fp32), and compiled with eager (fashion-bf16 with
-fashion-bf16-eager: `compile_speedup`).
+For each run, one after the other in priority order (fashion-fp32 first: it is the fp32
+reference; fashion-fp16 before the ResNets; a budget cut drops the tail), a fresh subprocess
+runs the engine in-process (`tuitrain.engine.runner.run`, compile = auto, so on) and reports:
+samples/s and data-wait share (the engine's train records, first interval left out), epoch time
+(derived: samples per epoch / samples/s, evaluation not included), compile time (the
+compile_done event), and host syncs per non-logging step: a wrapper around `Trainer.one_step`
+turns `torch.cuda.set_sync_debug_mode("warn")` on for steps that neither log nor compile (after
+the first interval) and counts the warnings, keeping the first few call sites. Mixed precision
+is compared with fp32 of the same model (fashion-bf16/fp16 with fashion-fp32,
+resnet18-synth-bf16 with the same preset at train.precision=fp32), and compiled with eager
+(fashion-bf16 with fashion-bf16-eager: `compile_speedup`).
 
 The Fashion-MNIST files are not on the GPU machine: the fashion presets run on the subset
 shipped in the package (data.name=fashion_mini, 6k train / 1k val, 23 steps per epoch),
@@ -23,7 +23,8 @@ runs.
 Children import this tree's tuitrain (its root goes first on PYTHONPATH), so a bare copy of
 the tree with torch installed is enough. Writes the JSON after every run (a timeout keeps what
 was measured) and prints it; exits 1 when no run produced a figure. Without CUDA it prints one
-line and exits with code 2 (--allow-cpu runs the same plumbing on the CPU, tiny sizes).
+line and exits with code 2 (--allow-cpu runs the same plumbing on the CPU, tiny sizes, two
+children at once with one torch thread each: its speeds are not figures).
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +104,8 @@ def child(preset: str, overrides: list[str], steps: int, device: str) -> dict[st
     import tuitrain
     from tuitrain.config import load_preset
 
+    if device == "cpu":  # the plumbing check: two children at once, one core each
+        torch.set_num_threads(1)
     log_every = load_preset(preset, overrides).train.log_every
     counts: dict[str, Any] = {"steps": 0, "syncs": 0, "sites": []}
     count_syncs(window_from=log_every, counts=counts)
@@ -196,13 +201,15 @@ def main() -> None:
         "runs": {},
         "skipped": [],
     }
-    for label, preset, overrides in RUNS:
-        if args.only and label not in args.only:
-            continue
+    results: dict[str, dict[str, Any]] = {}
+    lock = threading.Lock()
+
+    def measure(label: str, preset: str, overrides: list[str]) -> None:
         left = args.budget_s - (time.monotonic() - started)
         if left < 30:
-            summary["skipped"].append(f"{label}: budget spent")
-            continue
+            with lock:
+                summary["skipped"].append(f"{label}: budget spent")
+            return
         if args.no_compile:
             overrides = [*overrides, 'train.compile="off"']
         steps = args.resnet_steps if preset.startswith("resnet") else args.fashion_steps
@@ -222,16 +229,26 @@ def main() -> None:
         for item in overrides:
             cmd += ["--set", item]
         try:
-            summary["runs"][label] = run_json(cmd, timeout=left)
-            note(f"{label}: {summary['runs'][label]['samples_per_s']:.0f} samples/s")
+            result = run_json(cmd, timeout=left)
+            note(f"{label}: {result['samples_per_s']:.0f} samples/s")
         except Exception as exc:  # noqa: BLE001 - keep going, record what failed
-            summary["runs"][label] = {"error": f"{type(exc).__name__}: {str(exc)[-600:]}"}
+            result = {"error": f"{type(exc).__name__}: {str(exc)[-600:]}"}
             note(f"{label}: failed: {exc}")
-        summary["speedup_vs_fp32"] = speedups(summary["runs"], SPEEDUPS)
-        summary["compile_speedup"] = speedups(summary["runs"], COMPILE_SPEEDUPS)
-        summary["elapsed_s"] = round(time.monotonic() - started, 1)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        with lock:  # the file after each run: a budget cut keeps what was measured
+            results[label] = result
+            summary["runs"] = {name: results[name] for name, _, _ in RUNS if name in results}
+            summary["speedup_vs_fp32"] = speedups(summary["runs"], SPEEDUPS)
+            summary["compile_speedup"] = speedups(summary["runs"], COMPILE_SPEEDUPS)
+            summary["elapsed_s"] = round(time.monotonic() - started, 1)
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+
+    todo = [run for run in RUNS if not args.only or run[0] in args.only]
+    # one run at a time on a GPU (each one's speed is the figure); the CPU plumbing check
+    # runs two at once, one torch thread each, as its speeds are not figures
+    with ThreadPoolExecutor(max_workers=2 if device == "cpu" else 1) as pool:
+        for future in [pool.submit(measure, *run) for run in todo]:
+            future.result()
     emit(summary)
     if not any("samples_per_s" in r for r in summary["runs"].values()):
         note("no run produced a figure")
