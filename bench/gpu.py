@@ -246,9 +246,18 @@ def main() -> None:
     todo = [run for run in RUNS if not args.only or run[0] in args.only]
     # one run at a time on a GPU (each one's speed is the figure); the CPU plumbing check
     # runs two at once, one torch thread each, as its speeds are not figures
-    with ThreadPoolExecutor(max_workers=2 if device == "cpu" else 1) as pool:
-        for future in [pool.submit(measure, *run) for run in todo]:
-            future.result()
+    if device != "cpu":
+        for run in todo:
+            measure(*run)
+    else:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = [pool.submit(measure, *run) for run in todo]
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:  # Ctrl-C: the queued runs must not start
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
     emit(summary)
     if not any("samples_per_s" in r for r in summary["runs"].values()):
         note("no run produced a figure")

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from tuitrain import __version__
 from tuitrain.config import DEFAULT_PRESET, Config, describe_presets, load_preset, overrides_from
-from tuitrain.engine.rundir import refuse_if_held
+from tuitrain.engine.rundir import refuse_if_held, resumed_run_dir
 from tuitrain.errors import EXIT_SIGINT, OneLineParser, UserError, usable_path
 from tuitrain.launch import resume_config, run_headless
 from tuitrain.signals import defer_signals
@@ -270,8 +270,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
             return launch_nproc(args.nproc, without_nproc(argv), nproc_device(args, overrides))
         main_rank = int(os.environ.get("RANK", "0")) == 0
         if args.resume:
-            if args.run_dir and main_rank:  # said now, not after torch's import
-                refuse_if_held(args.run_dir)
+            if main_rank:  # said now, not after torch's import
+                refuse_if_held(args.run_dir or resumed_run_dir(args.resume))
             defer_signals()  # resume_config imports torch to read the checkpoint
             cfg, state = resume_config(args, overrides)
             return run_headless(cfg, resume=state)

@@ -30,10 +30,11 @@ if TYPE_CHECKING:
 def outside_run_dir(path: Path) -> Path:
     """The run dir a checkpoint lies in (<run_dir>/checkpoints/ckpt-stepN.pt), or a refusal:
     its parent's parent (a home directory, say) is no run dir to write in."""
-    from tuitrain.engine.rundir import CKPT_DIR
+    from tuitrain.engine.rundir import CKPT_DIR, resumed_run_dir
 
-    if path.resolve().parent.name == CKPT_DIR:
-        return path.resolve().parent.parent
+    run_dir = resumed_run_dir(str(path))
+    if run_dir is not None:
+        return run_dir
     raise UserError(
         f"checkpoint {path} is not in a run dir's {CKPT_DIR}/ folder, so there is no run "
         "to continue in; pass --run-dir for the resumed run's files."

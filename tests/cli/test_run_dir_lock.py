@@ -66,9 +66,14 @@ def test_the_refusal_comes_before_torch_is_imported(tmp_path: Path) -> None:
             "import sys; from tuitrain.cli import main; code = main(sys.argv[1:]); "
             "print(code, 'torch' in sys.modules)"
         )
-        for extra in (["--max-steps", "2"], ["--resume", "auto"]):
+        ckpt = tmp_path / "checkpoints" / "ckpt-step00000002.pt"  # its run dir: tmp_path
+        for extra in (
+            ["--max-steps", "2", "--run-dir", str(tmp_path)],
+            ["--resume", "auto", "--run-dir", str(tmp_path)],
+            ["--resume", str(ckpt)],
+        ):
             proc = subprocess.run(
-                [sys.executable, "-c", probe, "--no-ui", *extra, "--run-dir", str(tmp_path)],
+                [sys.executable, "-c", probe, "--no-ui", *extra],
                 capture_output=True, text=True, timeout=120,
             )  # fmt: skip
             assert proc.stdout.split() == ["2", "False"], (proc.stdout, proc.stderr)
@@ -77,3 +82,22 @@ def test_the_refusal_comes_before_torch_is_imported(tmp_path: Path) -> None:
         lock.release()
     refuse_if_held(tmp_path)  # the run ended: its lock went with it
     assert (tmp_path / ".tuitrain.lock").read_text().strip().isdigit()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_the_probe_leaves_an_odd_lock_file_to_the_lock(tmp_path: Path, kind: str) -> None:
+    """A FIFO planted as the lock file must not hang the start (it would block an O_RDONLY
+    open), and a directory must not raise a traceback: the probe lets them through and
+    RunDirLock's own open refuses them later with its sentence."""
+    import os
+
+    from tuitrain.engine.rundir import LOCK_NAME, refuse_if_held, resumed_run_dir
+
+    odd = tmp_path / LOCK_NAME
+    os.mkfifo(odd) if kind == "fifo" else odd.mkdir()
+    assert refuse_if_held(tmp_path) is None  # returned: no hang, no exception
+    # where `--resume PATH` continues without --run-dir: the probe's target
+    ckpt = tmp_path / "checkpoints" / "ckpt-step00000002.pt"
+    assert resumed_run_dir(str(ckpt)) == tmp_path.resolve()
+    assert resumed_run_dir(str(tmp_path / "model.pt")) is None and resumed_run_dir("auto") is None

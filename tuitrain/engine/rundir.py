@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -84,26 +85,47 @@ def _held_message(run_dir: Path, holder: str) -> str:
     )
 
 
-def refuse_if_held(run_dir: str | Path) -> None:
+def resumed_run_dir(resume: str) -> Path | None:
+    """The run dir `--resume PATH` continues in without --run-dir: <run_dir> of
+    <run_dir>/checkpoints/ckpt-stepN.pt; None for `auto` or a file elsewhere."""
+    if resume == "auto":
+        return None
+    path = Path(resume).expanduser().resolve()
+    return path.parent.parent if path.parent.name == CKPT_DIR else None
+
+
+def refuse_if_held(run_dir: str | Path | None) -> None:
     """RunDirLock's refusal, said before torch is imported (~5 s on a small CPU): a shared lock
     taken and given back at once fails only while a run holds its exclusive one. A probe, not
     a hold: the run still takes RunDirLock later, so a run that starts in between is caught
-    there. A missing, unreadable or linked lock file is left to RunDirLock."""
+    there. A missing, unreadable or linked lock file, or one that is not a regular file, is left
+    to RunDirLock."""
     import fcntl
+    import stat
 
+    if not run_dir:
+        return
     path = Path(run_dir).expanduser()
-    try:
-        fd = os.open(path / LOCK_NAME, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+    try:  # O_NONBLOCK: a planted FIFO must not hang the start
+        fd = os.open(path / LOCK_NAME, flags)
     except OSError:
         return
-    with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return  # a directory, a FIFO, a device: RunDirLock says what is wrong with it
         try:
-            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise UserError(_held_message(path, f.read().strip() or "another process")) from None
+            holder = ""
+            with contextlib.suppress(OSError):
+                holder = os.read(fd, 64).decode("utf-8", "replace").strip()
+            raise UserError(_held_message(path, holder or "another process")) from None
         except OSError:
             return
-        fcntl.flock(f, fcntl.LOCK_UN)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 class RunDirLock:
@@ -126,8 +148,16 @@ class RunDirLock:
 
         path = self.run_dir / name
         f = open_nofollow(path, "a+", encoding="utf-8")  # held until release()
+        mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
         try:
-            fcntl.flock(f, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            for attempt in range(5):  # another start's probe holds it for microseconds
+                try:
+                    fcntl.flock(f, mode)
+                    break
+                except BlockingIOError:
+                    if attempt == 4:
+                        raise
+                    time.sleep(0.01)
         except BlockingIOError as exc:
             f.seek(0)
             holder = f.read().strip() or "another process"
