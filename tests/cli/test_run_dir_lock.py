@@ -89,14 +89,18 @@ def test_the_refusal_comes_before_torch_is_imported(tmp_path: Path) -> None:
 def test_the_probe_leaves_an_odd_lock_file_to_the_lock(tmp_path: Path, kind: str) -> None:
     """A FIFO planted as the lock file must not hang the start (it would block an O_RDONLY
     open), and a directory must not raise a traceback: the probe lets them through and
-    RunDirLock's own open refuses them later with its sentence."""
+    RunDirLock refuses them in one sentence, before anything is written."""
     import os
 
-    from tuitrain.engine.rundir import LOCK_NAME, refuse_if_held, resumed_run_dir
+    from tuitrain.engine.rundir import LOCK_NAME, RunDirLock, refuse_if_held, resumed_run_dir
+    from tuitrain.errors import UserError
 
     odd = tmp_path / LOCK_NAME
     os.mkfifo(odd) if kind == "fifo" else odd.mkdir()
     assert refuse_if_held(tmp_path) is None  # returned: no hang, no exception
+    with pytest.raises(UserError, match=r"holds a \.tuitrain\.lock that is not a file.*remove"):
+        RunDirLock(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_NAME]  # nothing else written
     # where `--resume PATH` continues without --run-dir: the probe's target
     ckpt = tmp_path / "checkpoints" / "ckpt-step00000002.pt"
     assert resumed_run_dir(str(ckpt)) == tmp_path.resolve()

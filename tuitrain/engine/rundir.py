@@ -143,10 +143,27 @@ class RunDirLock:
         else:
             self._take(RANKS_LOCK_NAME, exclusive=False)
 
+    def _regular(self, name: str) -> Path:
+        """RUN_DIR/name, refused in one sentence when something other than a file (or a link,
+        which open_nofollow refuses) sits there: a directory, or a FIFO that would hang."""
+        import stat
+
+        path = self.run_dir / name
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            return path  # missing (created next) or not looked up: the open says why
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            raise UserError(
+                f"run dir {self.run_dir} holds a {name} that is not a file (tuitrain keeps its "
+                f"lock there); remove {path}, or pass another --run-dir."
+            )
+        return path
+
     def _take(self, name: str, exclusive: bool) -> None:
         import fcntl
 
-        path = self.run_dir / name
+        path = self._regular(name)
         f = open_nofollow(path, "a+", encoding="utf-8")  # held until release()
         mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
         try:
@@ -174,7 +191,12 @@ class RunDirLock:
         """An exclusive lock on `name` taken and given back at once: no rank holds it."""
         import fcntl
 
-        with open_nofollow(self.run_dir / name, "a+", encoding="utf-8") as f:
+        try:
+            path = self._regular(name)
+        except UserError:
+            self.release()
+            raise
+        with open_nofollow(path, "a+", encoding="utf-8") as f:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError as exc:
