@@ -22,7 +22,6 @@ from tuitrain.parity_cli import format_table, main
 
 ROOT = Path(__file__).resolve().parents[2]
 PASS_ARGS = ["--epochs", "1", "--mixed", "bf16", "--set", "optim.lr=3e-4", "--seed", "4"]
-PASS_ARGS += ["--set", "data.train_samples=3072"]  # 12 steps: emulated bf16 is slow on AVX2
 FRAGILE = ["--set", 'model.name="tests.engine.parity_fragile:make_model"']
 OVERFLOW = ["--set", 'model.name="tests.engine.parity_fragile:make_overflow_model"']
 SMALL = ["--set", "data.train_samples=1024", "--set", "data.val_samples=500"]

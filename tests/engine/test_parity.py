@@ -42,8 +42,8 @@ from tuitrain.engine.setup import DistInfo, build_parts
 from tuitrain.errors import EXIT_FAILED, EXIT_OK, EXIT_PARITY_FAIL, UserError
 from tuitrain.metrics.sinks import FanOutSink, Sink
 
-# half of fashion-mini's 6k images (12 steps): emulated bf16 on an AVX2 CPU is the slow part
-PASS_SETUP = ["optim.lr=3e-4", "train.seed=4", "data.train_samples=3072"]
+# the sizing measured on both kinds of CPU (docstring): all 6k images of fashion-mini
+PASS_SETUP = ["optim.lr=3e-4", "train.seed=4"]
 FRAGILE = 'model.name="tests.engine.parity_fragile:make_model"'
 OVERFLOW = 'model.name="tests.engine.parity_fragile:make_overflow_model"'
 # 4 steps at a high lr: fp32 reaches ~40%, fp16 stays at chance (fp16 on a CPU is slow)
@@ -124,9 +124,9 @@ def test_bf16_passes_against_fp32_on_the_mini_subset(tmp_path: Path) -> None:
     assert result.status == "completed", result.message
     assert result.verdict == "PASS" and result.exit_code == EXIT_OK
     assert result.test_set_size == 1000 and result.one_image_points == pytest.approx(0.1)
-    assert abs(result.gap_points) <= 0.3  # a net image or so at this seed
+    assert abs(result.gap_points) <= 0.3  # 3 images disagree at this seed
     [row] = result.per_epoch
-    assert row.epoch == 1 and 0.45 < row.fp32_val_acc < 0.75 and 0.45 < row.mixed_val_acc < 0.75
+    assert row.epoch == 1 and 0.6 < row.fp32_val_acc < 0.8 and 0.6 < row.mixed_val_acc < 0.8
     assert row.gap_points == pytest.approx(100 * (row.fp32_val_acc - row.mixed_val_acc))
     assert result.speedup and result.speedup > 0
     assert result.early_max_rel_loss_diff < EARLY_WARN_REL_DIFF
@@ -161,7 +161,7 @@ def check_stores(stores: ParityStores, result: ParityResult) -> None:
     """What a UI needs: each run's own header, loss curve and evals; the verdict."""
     fp32, mixed = stores.fp32.snapshot(), stores.mixed.snapshot()
     assert fp32.header["precision"] == "fp32" and mixed.header["precision"] == "bf16"
-    assert fp32.header["total_steps"] == mixed.header["total_steps"] == 12  # 3072 / 256
+    assert fp32.header["total_steps"] == mixed.header["total_steps"] == 23
     assert fp32.get("loss").xs == mixed.get("loss").xs  # same log points: overlay them
     assert list(fp32.get("loss").ys) == [loss for _, loss in result.train_loss["fp32"]]
     assert [e["val_acc"] for e in mixed.evals] == [result.per_epoch[0].mixed_val_acc]
