@@ -278,7 +278,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         cfg = load_preset(args.preset or DEFAULT_PRESET, overrides)
         if cfg.run.run_dir and main_rank:
             refuse_if_held(cfg.run.run_dir)
-        if args.no_ui or int(os.environ.get("RANK", "0")) > 0:  # other ranks never draw
+        if args.no_ui or not main_rank:  # other ranks never draw
             return run_headless(cfg)
         if not has_tty():
             print(

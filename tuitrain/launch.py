@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from tuitrain.metrics.sinks import Sink
 
 
-def outside_run_dir(path: Path) -> Path:
+def run_dir_of_checkpoint(path: Path) -> Path:
     """The run dir a checkpoint lies in (<run_dir>/checkpoints/ckpt-stepN.pt), or a refusal:
     its parent's parent (a home directory, say) is no run dir to write in."""
     from tuitrain.engine.rundir import CKPT_DIR, resumed_run_dir
@@ -76,7 +76,7 @@ def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Confi
             "resume from a ckpt-step*.pt file of a tuitrain run dir."
         )
     # --run-dir is the user's choice (the overrides carry it as run.run_dir)
-    run_dir = Path(args.run_dir) if args.run_dir else outside_run_dir(path)
+    run_dir = Path(args.run_dir) if args.run_dir else run_dir_of_checkpoint(path)
     raw = apply_overrides(state["config"], [*overrides, f'run.run_dir="{run_dir}"'])
     check_factories(path, raw, overrides, args.preset)
     return config_from_dict(raw, name=preset), state
