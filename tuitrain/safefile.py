@@ -5,14 +5,21 @@ name tuitrain writes (`metrics.jsonl`, `train.log`, a temp file) would have the 
 append to the link's target, any file its user can write. Every file in a run dir is opened
 with O_NOFOLLOW (a link as the last component is refused: ELOOP), and temp files are created
 with O_EXCL under a name of their own (nothing already there, link or file, is reused).
+
+Nothing blocks on a special file: every open here is non-blocking at first (a FIFO opens at
+once) and anything but a regular file (a FIFO, a device, a socket, a directory) is refused
+in one sentence (NotRegular, exit 2) before a byte is read or written. `open_regular` and
+`read_regular_text` do the same for files tuitrain reads (links followed there).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -32,11 +39,87 @@ class LinkRefused(UserError):
     """A file tuitrain was about to write is a symbolic link (exit 2)."""
 
 
+class NotRegular(UserError):
+    """A path where tuitrain reads or writes a file holds a FIFO, a device, a socket or a
+    directory (exit 2). Opening a FIFO blocks until a peer comes; a device never ends."""
+
+
+def kind_of(mode: int) -> str:
+    """What a stat mode is, in words: 'a directory', 'a FIFO (named pipe)'..."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+def not_regular(path: Path | str, mode: int, fix: str = "") -> NotRegular:
+    """The one-sentence refusal for `path`, which is something other than a regular file."""
+    fix = fix or "remove or rename it, or pass another path"
+    return NotRegular(f"{path} is {kind_of(mode)}, not a regular file; {fix}.")
+
+
+def regular_or_missing(path: Path | str, fix: str = "") -> bool:
+    """True when `path` is a regular file (links followed), False when nothing is there; a
+    FIFO, device, socket or directory there raises NotRegular (never opened: no hang)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    if not stat.S_ISREG(mode):
+        raise not_regular(path, mode, fix)
+    return True
+
+
+def _regular_fd(fd: int, path: Path | str, fix: str) -> int:
+    """`fd` made blocking again once fstat says it is a regular file; closed and refused
+    otherwise."""
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise not_regular(path, mode, fix)
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_regular(path: Path | str, mode: str = "rb", fix: str = "", **kwargs: Any) -> IO[Any]:
+    """`open(path, mode)` for reading ("r" or "rb", links followed) that never blocks on a
+    special file: opened with O_NONBLOCK (a FIFO opens at once), then anything but a regular
+    file is refused with NotRegular; the returned file blocks as usual."""
+    if mode not in ("r", "rb"):
+        raise ValueError(f"open_regular reads only, not mode {mode!r}")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise not_regular(path, stat.S_IFDIR, fix) from None
+    return os.fdopen(_regular_fd(fd, path, fix), mode, **kwargs)
+
+
+def read_regular_text(path: Path | str, fix: str = "", limit: int | None = None) -> str:
+    """The text of a regular file (UTF-8, undecodable bytes replaced); a special file is
+    refused (NotRegular); with `limit`, at most that many bytes are read."""
+    with open_regular(path, "rb", fix) as f:
+        data = f.read() if limit is None else f.read(limit)
+    return data.decode("utf-8", errors="replace")
+
+
 def open_nofollow(path: Path, mode: str = "a", **kwargs: Any) -> IO[Any]:
     """`open(path, mode)` for mode w/a/a+/x (add b for bytes), refusing a symbolic link."""
     flags = _FLAGS[mode.replace("b", "")]
-    try:
-        fd = os.open(path, flags | NOFOLLOW, 0o644)
+    try:  # O_NONBLOCK: a FIFO planted there opens at once (or fails) and is refused below
+        fd = os.open(path, flags | NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP or (exc.errno == errno.EEXIST and os.path.islink(path)):
             raise LinkRefused(
@@ -44,8 +127,11 @@ def open_nofollow(path: Path, mode: str = "a", **kwargs: Any) -> IO[Any]:
                 "in a shared folder could point at any of your files): remove it, or pass "
                 "another --run-dir."
             ) from None
+        if exc.errno in (errno.EISDIR, errno.ENXIO):  # a directory; a FIFO nobody reads
+            with contextlib.suppress(OSError):
+                raise not_regular(path, os.stat(path).st_mode) from None
         raise
-    return os.fdopen(fd, mode.replace("x", "w"), **kwargs)
+    return os.fdopen(_regular_fd(fd, path, ""), mode.replace("x", "w"), **kwargs)
 
 
 def temp_beside(path: Path) -> Path:
