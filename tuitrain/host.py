@@ -84,6 +84,51 @@ class _NotesAfterFirst(Sink):
         self.inner.close()
 
 
+class _Failover(Sink):
+    """The run's sink, ready for the dashboard to fail: once `host.ui_failed()` was called,
+    the next record is followed by an error event saying so, records also go to the sinks
+    added since (the headless line log), and the end record says the UI failed."""
+
+    def __init__(self, inner: Sink, host: RunHost) -> None:
+        self.inner = inner
+        self.host = host
+        self._told = False
+
+    def write(self, record: Record) -> None:
+        failure = self.host.ui_failure
+        if failure is not None and record.get("type") == "end":
+            record = {
+                **record,
+                "reason": f"{record.get('reason')}; the dashboard failed and the run went on "
+                "headless",
+                "ui_failed": failure,
+            }
+        self.inner.write(record)
+        for late in list(self.host.late_sinks):
+            late.write(record)
+        if failure is not None and not self._told:
+            self._told = True
+            where = f" (traceback in {self.host.ui_traceback})" if self.host.ui_traceback else ""
+            note = event_record(
+                f"the dashboard failed: {failure}; training goes on headless{where}",
+                level="error",
+                kind="ui_failed",
+            )
+            self.inner.write(note)
+            for late in list(self.host.late_sinks):
+                late.write(note)
+
+    def flush(self) -> None:
+        self.inner.flush()
+        for late in list(self.host.late_sinks):
+            late.flush()
+
+    def close(self) -> None:
+        self.inner.close()
+        for late in list(self.host.late_sinks):
+            late.close()
+
+
 class Leader:
     """Rank 0 of a torchrun job, speaking for the other ranks (see `serve_rank`)."""
 
@@ -160,6 +205,9 @@ class RunHost:
         self.started_at: float | None = None
         self.ended = threading.Event()
         self.lock: RunDirLock | None = None
+        self.ui_failure: str | None = None  # "Type: message" once the dashboard failed
+        self.ui_traceback: Path | None = None  # where its traceback was saved
+        self.late_sinks: list[Sink] = []  # sinks added while the run goes (headless lines)
 
     @property
     def is_main(self) -> bool:
@@ -222,7 +270,7 @@ class RunHost:
                 from tuitrain.export import TensorBoardSink
 
                 sinks.append(TensorBoardSink(run_dir / "tensorboard"))
-            sink: Sink = FanOutSink(*sinks)
+            sink: Sink = _Failover(FanOutSink(*sinks), self)
             if self.notes:
                 sink = _NotesAfterFirst(sink, self.notes)
             try:
@@ -239,6 +287,13 @@ class RunHost:
                     self.leader.released = True
                     write_quietly(log, f"could not tell the other ranks what comes next: {exc}\n")
         return result
+
+    def ui_failed(self, failure: str, traceback_path: Path | None, *late: Sink) -> None:
+        """The dashboard over this run failed: the run goes on, its records also go to
+        `late` (headless lines), an error event and the end record say so."""
+        self.ui_traceback = traceback_path
+        self.late_sinks.extend(late)
+        self.ui_failure = failure
 
     # -- in a thread ---------------------------------------------------------------------
     def start(self) -> None:

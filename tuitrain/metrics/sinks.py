@@ -28,7 +28,7 @@ from tuitrain.metrics.format import (
     format_train_line,
     is_error_record,
 )
-from tuitrain.metrics.records import Record
+from tuitrain.metrics.records import Record, clean_record
 from tuitrain.metrics.store import MetricStore
 from tuitrain.safefile import open_nofollow
 
@@ -126,6 +126,12 @@ class TimelineStoreSink(Sink):
         self._step: Any = None
 
     def write(self, record: Record) -> None:
+        # A field of the wrong type (a user task's metric, a hand-edited header) is left out
+        # as `watch` leaves it out of a file: the dashboard reads numbers where numbers go.
+        cleaned = clean_record(record)
+        if cleaned is None:
+            return
+        record = cleaned
         kind = record.get("type")
         if kind == "train":
             self._step = record.get("step")

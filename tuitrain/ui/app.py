@@ -30,7 +30,7 @@ from textual.widgets import Footer
 from tuitrain.config import Config, describe_presets
 from tuitrain.engine.control import MEMORY_ON_CPU
 from tuitrain.engine.rundir import prepare_run_dir
-from tuitrain.errors import EXIT_SIGINT
+from tuitrain.errors import EXIT_FAILED, EXIT_SIGINT
 from tuitrain.host import RunHost
 from tuitrain.metrics.format import format_duration
 from tuitrain.metrics.store import MetricStore
@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 PROFILE_STEPS = 20
 MEMORY_STEPS = 5  # m: steps of CUDA allocator history (each alloc/free with its stack)
 JOIN_TIMEOUT_S = 30.0  # after the app exits, how long run_app waits for the engine thread
+UI_TRACEBACK = "ui-traceback.txt"  # where a failed dashboard's traceback is kept
 QUIT_TIP = "Stop at a step boundary, finish writing, exit (press again: exit now)"
 
 __all__ = ["RunEnded", "TuitrainApp", "run_app"]
@@ -237,7 +238,7 @@ class TuitrainApp(SessionApp):
             )
         elif self.pending == "switch" and self.pending_cfg is not None:
             banner.show(
-                f"switching to preset [b]{self.pending_cfg.name}[/b]: waiting for the engine "
+                f"switching to preset [b]{esc(self.pending_cfg.name)}[/b]: waiting for the engine "
                 f"to finish its current step{past} and write its files…"
             )
         elif (quiet := frame.silent_s) is not None:
@@ -398,6 +399,50 @@ def in_terminal_foreground() -> bool:
         return not (sys.__stdin__ and sys.__stdin__.isatty())  # no terminal: nothing to poll
 
 
+def carry_on_headless(host: RunHost, error: BaseException) -> int:
+    """The dashboard failed: the run is not lost. Its traceback goes to the run dir
+    (ui-traceback.txt), training goes on to its end with line logs on stdout (checkpoints,
+    metrics.jsonl as before), its end record says the UI failed, and the exit code is 1 (the
+    signal's code when one stopped it)."""
+    import traceback
+
+    from tuitrain.metrics.sinks import ConsoleSink
+    from tuitrain.safefile import write_atomic_text
+    from tuitrain.signals import stop_run_on_signals
+
+    failure = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+    where: Path | None = None
+    run_dir = host.run_dir or host.requested_run_dir
+    if run_dir is not None:
+        try:
+            where = write_atomic_text(
+                Path(run_dir) / UI_TRACEBACK, "".join(traceback.format_exception(error))
+            )
+        except Exception:  # noqa: BLE001 - a full disk: the message still says what failed
+            where = None
+    host.ui_failed(failure, where, ConsoleSink())
+    saved = f"; its traceback is in {where}" if where else ""
+    if not host.alive:
+        say(f"tuitrain: the dashboard failed ({failure}){saved}")
+        return EXIT_FAILED
+    say(
+        f"tuitrain: the dashboard failed ({failure}){saved}; the run goes on headless to its "
+        "end (Ctrl-C stops it at a step boundary and saves)"
+    )
+    restore = stop_run_on_signals(host.control)
+    try:
+        while not host.join(0.5):
+            pass
+    finally:
+        restore()
+    result = host.result
+    if host.control.exit_code is not None:
+        return host.control.exit_code
+    if result is not None and result.status == "failed" and result.exit_code:
+        return int(result.exit_code)
+    return EXIT_FAILED
+
+
 def run_app(cfg: Config, overrides: Sequence[str], dist: DistInfo | None = None) -> int:
     """Run the dashboard over `cfg` until the user quits; no engine thread outlives it.
 
@@ -415,8 +460,11 @@ def run_app(cfg: Config, overrides: Sequence[str], dist: DistInfo | None = None)
             code = app.run()
         finally:
             last = app.host or host
-            last.request_stop("quit from the UI")
-            last.join(0.5)
+            if app.ui_failure is None:
+                last.request_stop("quit from the UI")
+                last.join(0.5)
+    if app.ui_failure is not None:
+        return carry_on_headless(last, app.ui_failure)
     if last.alive:
         say(
             f"tuitrain: waiting up to {JOIN_TIMEOUT_S:.0f} s for the engine to finish its step "

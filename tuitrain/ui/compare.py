@@ -22,7 +22,6 @@ from textual import events
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Container
-from textual.markup import escape
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
@@ -42,6 +41,7 @@ from tuitrain.ui.view import (
     smoothed_series,
 )
 from tuitrain.ui.widgets.chart import Line, MetricChart, format_tick, log_title
+from tuitrain.ui.widgets.panel import esc as escape
 from tuitrain.ui.widgets.panel import same_objects
 from tuitrain.ui.widgets.status import STATE_STYLE
 
@@ -187,8 +187,8 @@ def table_text(rows: Sequence[tuple[Source, RunSummary]], width: int) -> str:
         mfu = DASH if s.median_mfu is None else f"{100 * s.median_mfu:.1f}%"
         perf_cells = f" {tflops_cell(s.median_tflops):>7} {mfu:>5}" if perf else ""
         lines.append(
-            f"[b ${source.color}]■ {source.name}[/] {escape(f'{label:<{label_w}}')} "
-            f"[{style}]{s.state:<9}[/] {step:>10} {_num(s.loss, '.4f'):>7} "
+            f"[b ${source.color}]■ {escape(source.name)}[/] {escape(f'{label:<{label_w}}')} "
+            f"[{style}]{escape(f'{s.state:<9}')}[/] {step:>10} {_num(s.loss, '.4f'):>7} "
             f"{format_rate(s.median_rate):>9}{perf_cells} {acc:>7}"
         )
     return "\n".join(lines)
@@ -223,7 +223,7 @@ class OverlayChart(MetricChart):
             for source, snap in zip(sources, snaps, strict=True)
         ]
         self.draw(lines, yfmt=format_tick)
-        self.legend = " vs ".join(f"[${s.color}]{s.name}[/]" for s in sources)
+        self.legend = " vs ".join(f"[${s.color}]{escape(s.name)}[/]" for s in sources)
         self.border_title = self.full_title()
 
     def full_title(self) -> str:

@@ -57,6 +57,14 @@ class SessionApp(StoppingApp):
         self.host_memory = host_memory_bytes() if host is not None else None
         self.pending: str | None = None  # "quit" or "switch" while the engine stops
         self.pending_cfg: Config | None = None
+        self.ui_failure: BaseException | None = None  # an exception that ended the app
+
+    def _handle_exception(self, error: Exception) -> None:
+        """An exception in the app ends it (Textual's rule); remember it first, so the run
+        under it is not stopped as if the user quit: run_app carries it on headless."""
+        if self.ui_failure is None:
+            self.ui_failure = error
+        super()._handle_exception(error)
 
     # -- hooks for the dashboard ---------------------------------------------------------
     def reset_view(self) -> None:
@@ -197,5 +205,5 @@ class SessionApp(StoppingApp):
     def on_unmount(self) -> None:
         """However the app ends, the engine is asked to stop (run_app then joins it)."""
         self.remove_signal_handlers()
-        if self.host is not None:
+        if self.host is not None and self.ui_failure is None:
             self.host.request_stop("quit from the UI")

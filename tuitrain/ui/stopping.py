@@ -32,9 +32,11 @@ from textual.app import App
 from textual.driver import Driver
 from textual.drivers.linux_driver import LinuxDriver
 from textual.drivers.web_driver import WebDriver
+from textual.notifications import SeverityLevel
 
 from tuitrain.errors import EXIT_SIGHUP
 from tuitrain.signals import SIGNAL_NAMES, leave_after, on_stop_signals
+from tuitrain.text import strip_controls
 from tuitrain.ui.terminal import HangupSafeDriver
 
 OUTPUT_CHECK_S = 0.5  # how often ServedDriver looks for a reader on its output, at most
@@ -56,6 +58,25 @@ class StoppingApp(App[int]):
         """Textual's choice, except that a terminal's or a web server's survives its end."""
         driver = super().get_driver_class()
         return {LinuxDriver: HangupSafeDriver, WebDriver: ServedDriver}.get(driver, driver)
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Textual's toast, with text shown literally by default: a message carries paths,
+        presets' names and users' exceptions, and a bracket in one must not end the app."""
+        super().notify(
+            strip_controls(str(message)),
+            title=strip_controls(str(title)),
+            severity=severity,
+            timeout=timeout,
+            markup=markup,
+        )
 
     def stop_signals(self) -> tuple[int, ...]:
         return tuple(SIGNAL_NAMES)

@@ -80,6 +80,22 @@ def smoothed_series(series: Series, weight: float = LOSS_SMOOTHING) -> Series:
 
 
 # ------------------------------------------------------------------------------ run state
+def as_number(value: object) -> float | None:
+    """A number from a record or config field: ints and floats as they are, text that reads
+    as a number (a hand-edited `grad_accum = "2"`) as that number, anything else None.
+    Readers go through this instead of trusting a field's type: a file is data."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and len(value) < 64:
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
 def config_section(snap: Snapshot, section: str) -> Mapping[str, Any]:
     """One table of the header's resolved config, or an empty mapping."""
     config = (snap.header or {}).get("config") or {}

@@ -8,9 +8,10 @@ from typing import Any
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
-from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from tuitrain.ui.widgets.panel import esc as escape
 
 PANELS = (
     "Loss: smoothed train loss per step, validation loss per epoch, accuracy · "

@@ -86,12 +86,13 @@ class ParityScreen(ModalScreen[None]):
         with Vertical(id="parity-dialog", classes="dialog") as dialog:
             dialog.border_title = "Parity check · fp32 vs mixed precision"
             dialog.border_subtitle = "escape cancels / closes"
-            yield Static(self.intro(), classes="dialog-note", id="parity-note")
-            yield Static("", id="parity-training")
-            yield Static("", id="parity-progress")
+            # markup=False: these show preset names, paths and error messages literally
+            yield Static(self.intro(), classes="dialog-note", id="parity-note", markup=False)
+            yield Static("", id="parity-training", markup=False)
+            yield Static("", id="parity-progress", markup=False)
             yield MetricChart(id="parity-chart")
-            yield Static("", id="parity-table")
-            yield Static("", id="parity-verdict")
+            yield Static("", id="parity-table", markup=False)
+            yield Static("", id="parity-verdict", markup=False)
 
     def intro(self) -> str:
         if self.cfg is None:

@@ -12,6 +12,8 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from tuitrain.text import strip_controls
+
 
 class PresetScreen(ModalScreen[str | None]):
     """Enter starts the highlighted preset (the current run stops first); escape cancels."""
@@ -33,8 +35,11 @@ class PresetScreen(ModalScreen[str | None]):
         options = []
         for name, description in self.presets:
             mark = "  (current)" if name == self.current else ""
-            prompt = Content.assemble(
-                (name, "bold"), (mark, "italic"), "\n", (description or "—", "dim")
+            prompt = Content.assemble(  # literal text, without control characters
+                (strip_controls(name, one_line=True), "bold"),
+                (mark, "italic"),
+                "\n",
+                (strip_controls(description, one_line=True) or "—", "dim"),
             )
             options.append(Option(prompt, id=name))
         with Vertical(id="preset-dialog", classes="dialog") as dialog:

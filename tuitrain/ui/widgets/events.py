@@ -12,13 +12,15 @@ from typing import Any
 from rich.console import RenderableType
 from rich.style import Style
 from rich.table import Table
+from rich.text import Text
 from textual.widgets import RichLog
 
 from tuitrain.metrics.format import format_number, precision_label
 from tuitrain.metrics.records import Record
 from tuitrain.metrics.sinks import SEQ_KEY, STEP_KEY
 from tuitrain.metrics.store import Snapshot
-from tuitrain.ui.view import Frame
+from tuitrain.text import strip_controls
+from tuitrain.ui.view import Frame, as_number
 
 LEVEL_MARK = {"info": ("·", "foreground-darken-1"), "warning": ("▲", "warning")}
 LEVEL_MARK["error"] = ("✖", "error")
@@ -47,8 +49,8 @@ def ordered_records(snap: Snapshot) -> list[Record]:
 
 
 def eval_line(rec: Record) -> str:
-    loss = rec.get("val_loss")
-    acc = rec.get("val_acc")
+    loss = as_number(rec.get("val_loss"))
+    acc = as_number(rec.get("val_acc"))
     loss_text = f"val_loss {loss:.4f}" if loss is not None else "val_loss —"
     acc_text = f" · val_acc {acc * 100:.2f}%" if acc is not None else ""
     return f"epoch {format_number(rec.get('epoch'))} done: {loss_text}{acc_text}"
@@ -81,7 +83,7 @@ class EventLog(RichLog):
         row.add_column(width=6, justify="right", style=self.style("foreground-darken-3"))
         row.add_column(width=1, style=self.style(color, bold=True))
         row.add_column(ratio=1, style=Style() if level == "info" else self.style(color))
-        row.add_row(step_text, mark, text)
+        row.add_row(step_text, mark, Text(strip_controls(text)))  # Text: never markup
         self.write_wrapped(row)
 
     def write_wrapped(self, line: RenderableType) -> None:

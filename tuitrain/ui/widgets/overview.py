@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from tuitrain.metrics.format import DASH
-from tuitrain.ui.view import Frame, config_section, human_count
+from tuitrain.ui.view import Frame, as_number, config_section, human_count
 from tuitrain.ui.widgets.panel import Panel, esc
 
 
 def _fmt_lr(value: object) -> str:
-    return f"{value:.2e}" if isinstance(value, (int, float)) else DASH
+    number = as_number(value)
+    return f"{number:.2e}" if number is not None else esc(value if value is not None else DASH)
 
 
 class OverviewPanel(Panel):
@@ -26,26 +27,28 @@ class OverviewPanel(Panel):
         data = config_section(snap, "data")
         optim = config_section(snap, "optim")
         latest = snap.latest or {}
-        grad_norm = latest.get("grad_norm")
-        norm_text = f"{grad_norm:.3g}" if isinstance(grad_norm, (int, float)) else DASH
+        grad_norm = as_number(latest.get("grad_norm"))
+        norm_text = f"{grad_norm:.3g}" if grad_norm is not None else DASH
         warmup = optim.get("warmup_steps")
         accum = optim.get("grad_accum", 1)
+        accum_n = as_number(accum)
         smoothing = config_section(snap, "train").get("label_smoothing")
+        params = as_number(header.get("params"))
         lines = [
             f"[$foreground-muted]model[/] {esc(model.get('name', DASH))} · "
-            f"{human_count(header.get('params'))} params",
+            f"{human_count(params)} params",
             f"[$foreground-muted]data[/] {esc(header.get('data') or data.get('name', DASH))}",
-            f"[$foreground-muted]batch[/] {data.get('batch_size', DASH)}"
-            + (f" x {accum} accum" if accum and accum > 1 else "")
-            + f" · global {header.get('global_batch', DASH)}"
-            + f" · {header.get('steps_per_epoch', DASH)} steps/epoch",
-            f"[$foreground-muted]optim[/] {optim.get('name', DASH)} lr {_fmt_lr(optim.get('lr'))} "
-            f"{optim.get('schedule', '')}"
-            + (f", warmup {warmup}" if warmup else "")
-            + (f" · label smoothing {smoothing}" if smoothing else ""),
+            f"[$foreground-muted]batch[/] {esc(data.get('batch_size', DASH))}"
+            + (f" x {esc(accum)} accum" if accum is not None and accum_n != 1 else "")
+            + f" · global {esc(header.get('global_batch', DASH))}"
+            + f" · {esc(header.get('steps_per_epoch', DASH))} steps/epoch",
+            f"[$foreground-muted]optim[/] {esc(optim.get('name', DASH))} lr "
+            f"{_fmt_lr(optim.get('lr'))} {esc(optim.get('schedule', ''))}"
+            + (f", warmup {esc(warmup)}" if warmup else "")
+            + (f" · label smoothing {esc(smoothing)}" if smoothing else ""),
             f"[$foreground-muted]now[/] lr {_fmt_lr(latest.get('lr'))} · grad norm {norm_text}",
-            f"[$foreground-muted]env[/] torch {header.get('torch', DASH)} · py "
-            f"{header.get('python', DASH)} · tuitrain {header.get('tuitrain', DASH)}",
+            f"[$foreground-muted]env[/] torch {esc(header.get('torch', DASH))} · py "
+            f"{esc(header.get('python', DASH))} · tuitrain {esc(header.get('tuitrain', DASH))}",
             f"[$foreground-muted]dir[/] {esc(header.get('run_dir') or DASH)}",
         ]
         return "\n".join(lines)

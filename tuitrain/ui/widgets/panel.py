@@ -16,17 +16,24 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.dom import DOMNode
 from textual.geometry import Size
-from textual.markup import escape
 from textual.widgets import Sparkline, Static
 
 from tuitrain.metrics.store import Series, Snapshot
+from tuitrain.text import strip_controls
 from tuitrain.ui.view import Frame
 from tuitrain.ui.widgets.chart import Line, MetricChart
 
 
 def esc(value: object) -> str:
-    """Text from records (paths, messages, names) made safe inside content markup."""
-    return escape(str(value))
+    """Text from records (paths, messages, names) made safe inside content markup: shown
+    literally, brackets included, without terminal control characters.
+
+    Every `[` is escaped, not only those that look like a tag (textual.markup.escape's rule):
+    an unclosed `[bold` in a value would pair with a `]` of the markup around it. A value that
+    ends with a backslash gets a zero-width space after it, so it cannot escape the tag that
+    follows it."""
+    text = strip_controls(str(value)).replace("[", "\\[")
+    return text + "\u200b" if text.endswith("\\") else text
 
 
 def same_objects(a: Sequence[object], b: Sequence[object]) -> bool:

@@ -50,7 +50,7 @@ class StatusBar(Static):
         if stopping and state not in ("completed", "stopped", "failed"):
             state = "stopping"
         style = STATE_STYLE.get(state, "$foreground")
-        badge = f"[b reverse {style}] {state.upper()} [/]"
+        badge = f"[b reverse {style}] {esc(state.upper())} [/]"
         device = str(header.get("device") or DASH)
         name = header.get("device_name")
         device_text = f"{esc(device)} · {esc(name)}" if name and name != device else esc(device)
@@ -61,15 +61,15 @@ class StatusBar(Static):
         if self.size.width and self.size.width < 100:  # compact: values only
             return (
                 f"{badge} [b]{esc(header.get('preset') or DASH)}[/b] · {esc(device)} · "
-                f"[b]{precision_label(header)}[/b] · compile {compile_text} · "
-                f"world {header.get('world_size') or DASH}\n" + self.progress_line(frame)
+                f"[b]{esc(precision_label(header))}[/b] · compile {compile_text} · "
+                f"world {esc(header.get('world_size') or DASH)}\n" + self.progress_line(frame)
             )
         line1 = (
             f"{badge} [b]{esc(header.get('preset') or DASH)}[/b]  "
             f"[$foreground-muted]device[/] {device_text}  "
-            f"[$foreground-muted]precision[/] [b]{precision_label(header)}[/b]  "
+            f"[$foreground-muted]precision[/] [b]{esc(precision_label(header))}[/b]  "
             f"[$foreground-muted]compile[/] {compile_text}  "
-            f"[$foreground-muted]world[/] {header.get('world_size') or DASH}"
+            f"[$foreground-muted]world[/] {esc(header.get('world_size') or DASH)}"
         )
         return line1 + "\n" + self.progress_line(frame)
 
@@ -89,8 +89,8 @@ class StatusBar(Static):
             else ""
         )
         return (
-            f"[$foreground-muted]epoch[/] {epoch}/{epochs}  "
-            f"[$foreground-muted]step[/] {step}/{total}  "
+            f"[$foreground-muted]epoch[/] {esc(epoch)}/{esc(epochs)}  "
+            f"[$foreground-muted]step[/] {esc(step)}/{esc(total)}  "
             f"[$primary]{progress_bar(frac, width)}[/] {pct}  "
             f"[$foreground-muted]ETA[/] [b]{format_duration(eta)}[/b]{elapsed}"
         )
