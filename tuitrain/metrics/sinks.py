@@ -31,6 +31,7 @@ from tuitrain.metrics.format import (
 from tuitrain.metrics.records import Record, clean_record
 from tuitrain.metrics.store import MetricStore
 from tuitrain.safefile import open_nofollow
+from tuitrain.text import strip_controls
 
 __all__ = [
     "ConsoleSink",
@@ -310,6 +311,7 @@ class ConsoleSink(Sink):
             line = format_record(record)
         if line is None:
             return
+        line = strip_controls(line)  # a message from a file or user code: no escape codes
         to_err = is_error_record(record)
         stream = (self._err or sys.stderr) if to_err else (self._out or sys.stdout)
         with self._lock:
