@@ -102,8 +102,11 @@ def open_regular(path: Path | str, mode: str = "rb", fix: str = "", **kwargs: An
         raise ValueError(f"open_regular reads only, not mode {mode!r}")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except IsADirectoryError:
-        raise not_regular(path, stat.S_IFDIR, fix) from None
+    except OSError as exc:
+        if exc.errno in (errno.EISDIR, errno.ENXIO):  # a directory; a socket
+            with contextlib.suppress(OSError):
+                raise not_regular(path, os.stat(path).st_mode, fix) from None
+        raise
     return os.fdopen(_regular_fd(fd, path, fix), mode, **kwargs)
 
 
@@ -144,6 +147,10 @@ def replacing(path: Path) -> Iterator[Path]:
     """A new, empty temp file beside `path` (O_EXCL: nothing planted is reused) for the caller
     to fill, by name or with `open_nofollow(tmp, "w")`; renamed over `path` when the block
     ends (a link at `path` is replaced, never written through), removed when it raises."""
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        mode = os.lstat(path).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):  # a link is replaced, not followed
+            raise not_regular(path, mode)
     tmp = temp_beside(path)
     try:
         with open_nofollow(tmp, "x"):

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from tuitrain.safefile import NOFOLLOW, open_nofollow
+from tuitrain.safefile import open_nofollow
 
 
 @contextlib.contextmanager
@@ -34,8 +34,9 @@ def native_stderr_to(path: Path) -> Iterator[None]:
         yield
         return
     original.flush()
+    with open_nofollow(path, "ab") as log:  # refuses a link, a FIFO, a directory, a device
+        log_fd = os.dup(log.fileno())
     terminal_fd = os.dup(2)
-    log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | NOFOLLOW, 0o644)
     terminal = os.fdopen(terminal_fd, "w", encoding=original.encoding, errors=original.errors)
     setattr(sys, "__stderr__", terminal)  # noqa: B010 - typeshed marks it Final
     os.dup2(log_fd, 2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import stat
 import time
 from datetime import datetime
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 from tuitrain.config import Config
 from tuitrain.errors import UserError
-from tuitrain.safefile import open_nofollow, temp_beside, write_atomic_text
+from tuitrain.safefile import kind_of, open_nofollow, temp_beside, write_atomic_text
 
 
 def default_run_dir(cfg: Config) -> Path:
@@ -34,6 +35,14 @@ def prepare_run_dir(cfg: Config, run_dir: str | Path | None = None) -> Path:
         raise UserError(
             f"run dir {path} is not writable ({reason}); pass --run-dir with a writable folder."
         ) from exc
+    for name in (CKPT_DIR, "tensorboard"):  # folders a run writes into later: refused now
+        with contextlib.suppress(OSError):
+            mode = os.lstat(path / name).st_mode
+            if not stat.S_ISDIR(mode):
+                raise UserError(
+                    f"{path / name} is {kind_of(mode)}, where tuitrain keeps its {name} "
+                    "folder; remove or rename it, or pass another --run-dir."
+                )
     return path
 
 

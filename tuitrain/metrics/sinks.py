@@ -30,7 +30,7 @@ from tuitrain.metrics.format import (
 )
 from tuitrain.metrics.records import Record, clean_record
 from tuitrain.metrics.store import MetricStore
-from tuitrain.safefile import open_nofollow
+from tuitrain.safefile import open_nofollow, open_regular
 from tuitrain.text import strip_controls
 
 __all__ = [
@@ -270,7 +270,7 @@ def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
 
     A truncated last line (the writer was killed, or is still writing) is skipped.
     """
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open_regular(path, "r", encoding="utf-8", errors="replace") as f:
         for line in f:
             line = line.strip()
             if not line:
