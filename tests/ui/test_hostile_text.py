@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from textual.geometry import Region
 from textual.markup import to_content
 
 from tests.ui.fake_records import records
@@ -261,3 +262,31 @@ def test_a_failed_dashboard_does_not_lose_the_run(tmp_path: Path) -> None:
     assert "planted [b]failure[/b]" in (run_dir / "ui-traceback.txt").read_text()
     assert list((run_dir / "checkpoints").glob("ckpt-*.pt"))
     assert b"the dashboard failed" in output
+
+
+@pytest.mark.parametrize("size", [(40, 10), (30, 8)])
+async def test_at_tiny_sizes_nothing_draws_outside_its_panel(size: tuple[int, int]) -> None:
+    """Long, wide (emoji) and bracketed text at 40x10 and 30x8: every widget inside a panel,
+    the event log or the status bar lies within its parent's box and no line it draws is
+    wider than itself (the footer scrolls its keys sideways: not checked)."""
+    store = MetricStore()
+    sink = TimelineStoreSink(store)
+    for rec in poisoned_records("😀" * 30 + "[b]" + "x" * 300, 2):
+        sink.write(rec)
+    app = TuitrainApp(store=store)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(0.5)
+        bad = []
+        for top in [*app.panels, app.event_log, app.status_bar, app.banner]:
+            for node in [top, *top.walk_children()]:
+                if not node.display or not node.size.area:
+                    continue
+                if node is not top and not top.region.contains_region(node.region):
+                    bad.append(f"{node!r} at {node.region} outside {top!r} at {top.region}")
+                region = Region(0, 0, node.size.width, node.size.height)
+                for strip in node.render_lines(region):
+                    if strip.cell_length > node.size.width:
+                        bad.append(f"{node!r}: a line of {strip.cell_length} cells in {node.size}")
+                        break
+        assert not bad, "\n".join(bad)
+        assert app._exception is None
