@@ -49,32 +49,49 @@ class Line:
     scatter: bool = False
 
 
+MAX_DRAWN = 1e304  # |y| drawn at most this: plotext scales (y - lo) x rows, which overflows
+MIN_SPAN = 1e-300  # the narrowest y range drawn (subnormal spans divide to 0 or inf)
+MAX_TICKS = 64  # no tick list is longer, whatever the range: every loop below is bounded
+
+
 def nice_step(span: float, count: int) -> float:
-    """A 1/2/5 x 10^k step giving about `count` intervals over `span`."""
-    if span <= 0 or count < 1:
+    """A 1/2/5 x 10^k step giving about `count` intervals over `span` (1.0 for a span that
+    is not a positive finite number)."""
+    if not (span > 0 and math.isfinite(span)) or count < 1:
         return 1.0
     raw = span / count
-    power = 10 ** math.floor(math.log10(raw))
+    if not (raw > 0 and math.isfinite(raw)):
+        return span
+    power = 10.0 ** math.floor(math.log10(raw))
+    if power == 0 or not math.isfinite(power):
+        return raw
     for mult in (1, 2, 5, 10):
         if raw <= mult * power:
-            return mult * power
-    return 10 * power
+            return mult * power if math.isfinite(mult * power) else raw
+    return raw
 
 
 def nice_ticks(lo: float, hi: float, count: int) -> list[float]:
-    """Round tick positions covering [lo, hi]; a single one when lo == hi."""
+    """Round tick positions covering [lo, hi]; a single one when lo == hi. Computed by
+    index, not by adding steps: a step below the values' float spacing cannot loop."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return []
     if hi <= lo:
         return [lo]
-    step = nice_step(hi - lo, count)
-    first = math.ceil(lo / step) * step
-    ticks = []
-    value = first
-    while value <= hi + step * 1e-9:
-        ticks.append(round(value, 12))
-        value += step
-    return ticks
+    span = hi - lo if math.isfinite(hi - lo) else hi / 2 - lo / 2
+    step = nice_step(span, count)
+    if not math.isfinite(span) or step <= 0 or span / step > MAX_TICKS:
+        return [lo, hi]
+    first = math.ceil(lo / step) if math.isfinite(lo / step) else None
+    last = math.floor(hi / step) if math.isfinite(hi / step) else None
+    if first is None or last is None or not 0 <= last - first < MAX_TICKS:
+        return [lo, hi]
+    ticks: list[float] = []
+    for k in range(first, last + 1):
+        value = round(k * step, 12) if abs(step) >= 1e-12 else k * step
+        if lo - step * 1e-9 <= value <= hi + step * 1e-9 and (not ticks or value > ticks[-1]):
+            ticks.append(value)
+    return ticks or [lo, hi]
 
 
 def log_ticks(lo: float, hi: float, count: int) -> list[float]:
@@ -85,7 +102,8 @@ def log_ticks(lo: float, hi: float, count: int) -> list[float]:
         return []
     if hi <= lo:
         return [lo]
-    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    first = max(math.floor(math.log10(lo)), -323)
+    last = min(math.ceil(math.log10(hi)), 308)  # 10.0**309 overflows
     best: list[float] | None = None
     for mults in LOG_MULTS:
         ticks = [
@@ -93,6 +111,7 @@ def log_ticks(lo: float, hi: float, count: int) -> list[float]:
             for k in range(first, last + 1)
             for m in mults
             if lo * (1 - 1e-9) <= (tick := float(f"{m * 10.0**k:.12g}")) <= hi * (1 + 1e-9)
+            and math.isfinite(tick)
         ]
         if len(ticks) > count + 1:
             if best is None:  # too many decades: every k-th one
@@ -102,6 +121,43 @@ def log_ticks(lo: float, hi: float, count: int) -> list[float]:
         if len(ticks) >= 2:
             best = ticks
     return best if best is not None else nice_ticks(lo, hi, count)
+
+
+def drawable_range(lo: float, hi: float, log: bool) -> tuple[float, float]:
+    """A y range plotext can scale by: finite, ordered, and wide enough for its values.
+
+    Equal values, a range of a few float steps (a loss stuck at one value, smoothed) or of
+    subnormals is padded around its middle; values near ±1.8e308 are clamped so the span
+    stays finite. On a log axis (values > 0) the pad is a factor."""
+    lo, hi = min(lo, hi), max(lo, hi)
+    if log:
+        lo, hi = (min(max(v, 1e-300), MAX_DRAWN) for v in (lo, hi))
+        if hi <= lo * (1 + 1e-9):
+            return lo / 1.1, hi * 1.1
+        return lo, hi
+    lo, hi = max(-MAX_DRAWN, min(lo, MAX_DRAWN)), max(-MAX_DRAWN, min(hi, MAX_DRAWN))
+    scale = max(abs(lo), abs(hi))
+    if hi - lo <= max(scale * 1e-9, MIN_SPAN):
+        middle = lo / 2 + hi / 2
+        pad = max(abs(middle) * 0.05, MIN_SPAN * 10) if middle else 1.0
+        if abs(middle) < MIN_SPAN:
+            middle, pad = 0.0, 1.0  # subnormals and zeros: a unit range around zero
+        lo, hi = middle - pad, middle + pad
+        lo, hi = max(lo, -MAX_DRAWN * 1.5), min(hi, MAX_DRAWN * 1.5)
+    return lo, hi
+
+
+def finite_points(line: Line) -> Line:
+    """The line without its non-finite points (NaN, inf: nothing to draw at)."""
+    if all(math.isfinite(y) for y in line.ys):
+        return line
+    pts = [(x, y) for x, y in zip(line.xs, line.ys, strict=True) if math.isfinite(y)]
+    return Line([x for x, _ in pts], [y for _, y in pts], line.color, line.scatter)
+
+
+def clamped(ys: Sequence[float]) -> list[float]:
+    """The values as drawn on a linear axis: within ±MAX_DRAWN (see drawable_range)."""
+    return [max(-MAX_DRAWN, min(y, MAX_DRAWN)) for y in ys]
 
 
 def log_title(title: str, log_y: bool) -> str:
@@ -122,6 +178,8 @@ def format_tick(value: float) -> str:
     if value == 0:
         return "0"
     mag = abs(value)
+    if not math.isfinite(value) or mag >= 1e7 or mag < 1e-4:
+        return f"{value:.2g}"  # 1.2e+07, 5e-324: short whatever the magnitude
     if mag >= 10_000:
         return f"{value / 1000:.0f}k"
     if mag >= 1000:
@@ -197,6 +255,8 @@ class MetricChart(PlotextPlot):
         plt = self.plt
         plt.clear_figure()
         log = self.log_y
+        lines = [finite_points(line) for line in lines]
+        hlines = [(value, color) for value, color in hlines if math.isfinite(value)]
         self.drawn_scale = "log" if log else "linear"
         if log:
             lines = [positive(line) for line in lines]
@@ -211,7 +271,7 @@ class MetricChart(PlotextPlot):
             if not line.xs:
                 continue
             color = self.theme_rgb(line.color)
-            ys = [to_plot(y) for y in line.ys] if log else list(line.ys)
+            ys = [to_plot(min(y, MAX_DRAWN)) for y in line.ys] if log else clamped(line.ys)
             if line.scatter:
                 plt.scatter(list(line.xs), ys, marker="dot", color=color)
             else:
@@ -230,21 +290,18 @@ class MetricChart(PlotextPlot):
         for value, _color in hlines:
             y_lo, y_hi = min(y_lo, value), max(y_hi, value)
         tick_count = max(2, min(5, self.size.height // 2))
-        if y_hi <= y_lo:
-            if log:
-                y_lo, y_hi = y_lo / 1.1, y_hi * 1.1
-            else:
-                pad = abs(y_lo) * 0.05 or 1.0
-                y_lo, y_hi = y_lo - pad, y_hi + pad
+        y_lo, y_hi = drawable_range(y_lo, y_hi, log)
         plt.ylim(to_plot(y_lo), to_plot(y_hi))
         if yticks is None:
             ticks = (log_ticks if log else nice_ticks)(y_lo, y_hi, tick_count)
             yticks = [(t, yfmt(t)) for t in ticks]
         elif log:
             yticks = [(t, label) for t, label in yticks if t > 0]
-        plt.yticks([to_plot(t) for t, _ in yticks], [label for _, label in yticks])
+        shown = [(t, label) for t, label in yticks if y_lo <= t <= y_hi]
+        plt.yticks([to_plot(t) for t, _ in shown], [label for _, label in shown])
         for value, color_name in hlines:
-            plt.hline(to_plot(value), self.theme_rgb(color_name))
+            drawn = max(-MAX_DRAWN, min(value, MAX_DRAWN))
+            plt.hline(to_plot(drawn), self.theme_rgb(color_name))
         self.refresh()
 
 
