@@ -10,17 +10,20 @@ is never touched. TensorBoard needs the `tensorboard` package (`pip install
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import math
+import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError
 from tuitrain.metrics.records import TRAIN_FIELDS, Record, clean_record
 from tuitrain.metrics.sinks import Sink
+from tuitrain.safefile import open_nofollow, open_regular, regular_or_missing, replacing
 
 # CSV columns: one row per train or eval record, validation columns filled on eval rows.
 CSV_COLUMNS = ("type", *[f for f in TRAIN_FIELDS if f != "type"], "val_loss", "val_acc")
@@ -68,52 +71,97 @@ def build_parser() -> argparse.ArgumentParser:
 
 def metrics_file(target: str) -> Path:
     given = Path(target).expanduser()
-    path = given / "metrics.jsonl" if given.is_dir() else given
     if not given.exists():
         raise ExportError(f"{target} does not exist; pass a run dir or its metrics.jsonl.")
-    if not path.is_file():
+    path = given / "metrics.jsonl" if given.is_dir() else given
+    if given.is_dir() and not path.exists():
         raise ExportError(
             f"{target} is not a run dir (it has no metrics.jsonl); pass the --run-dir of a run."
         )
+    regular_or_missing(path, "pass a run dir or its metrics.jsonl")
     return path
 
 
-def read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """The complete records of `path` and notes on what was left out (a half-written last
-    line, lines that are not records); not a single record is an ExportError."""
-    records: list[dict[str, Any]] = []
-    bad: list[int] = []
-    notes: list[str] = []
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ExportError(f"{path} cannot be read ({exc.strerror or exc}).") from exc
-    lines = data.split(b"\n")
-    tail = lines.pop()  # after the last newline: b"" when the file ends with one
-    if tail.strip():
-        notes.append("the last line is half-written (a run still writing, or cut): left out")
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+class Reading:
+    """The complete records of a metrics file, one line at a time (memory stays flat
+    whatever the file's size), and notes on what was left out: a half-written last line,
+    lines that are not records."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.count = 0
+        self.bad: list[int] = []
+        self.torn = False
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
         try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):  # not JSON, not UTF-8, 5000 digits, deep nesting
-            bad.append(number)
-            continue
-        record = clean_record(record) if isinstance(record, dict) else None
-        if record is None:  # no record of the contract (no text "type")
-            bad.append(number)
-            continue
-        records.append(record)
-    if bad:
-        shown = ", ".join(map(str, bad[:5])) + (" …" if len(bad) > 5 else "")
-        notes.append(f"{len(bad)} line(s) that are not records left out (line {shown})")
-    if not records:
-        raise ExportError(f"{path} holds no tuitrain record; is it a run's metrics.jsonl?")
-    return records, notes
+            f = open_regular(self.path, "rb", "pass a run dir or its metrics.jsonl")
+        except OSError as exc:
+            raise ExportError(f"{self.path} cannot be read ({exc.strerror or exc}).") from exc
+        with f:
+            for number, line in enumerate(f, start=1):
+                if not line.endswith(b"\n"):
+                    self.torn = bool(line.strip())  # the last line, cut or still being written
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except (ValueError, RecursionError):  # not JSON or UTF-8, deep nesting
+                    self.bad.append(number)
+                    continue
+                record = clean_record(record) if isinstance(record, dict) else None
+                if record is None:  # no record of the contract (no text "type")
+                    self.bad.append(number)
+                    continue
+                self.count += 1
+                yield record
+        if not self.count:
+            raise ExportError(f"{self.path} holds no tuitrain record; is it a run's metrics.jsonl?")
+
+    @property
+    def notes(self) -> list[str]:
+        notes = []
+        if self.torn:
+            notes.append("the last line is half-written (a run still writing, or cut): left out")
+        if self.bad:
+            shown = ", ".join(map(str, self.bad[:5])) + (" …" if len(self.bad) > 5 else "")
+            notes.append(f"{len(self.bad)} line(s) that are not records left out (line {shown})")
+        return notes
 
 
-def csv_rows(records: Sequence[Record]) -> Iterator[dict[str, Any]]:
+def refuse_run_files(out: Path, metrics: Path) -> None:
+    """An output never replaces an input: refused when `out` is the metrics file or any
+    file of the run dir it lies in (by path, through links, or as a hard link elsewhere)."""
+    run_dir = metrics.parent.resolve()
+    try:
+        out_stat = os.stat(out)
+    except OSError:
+        out_stat = None
+    target = out.resolve()
+    inside = target == run_dir or run_dir in target.parents
+    same = out_stat is not None and any(
+        (f.st_dev, f.st_ino) == (out_stat.st_dev, out_stat.st_ino) for f in _run_files(run_dir)
+    )
+    if same or (inside and (out_stat is not None or out.is_symlink())):
+        raise ExportError(
+            f"--out {out} is a file of the run being read ({run_dir}); writing there would "
+            "replace it: name a new file, or a path outside the run dir."
+        )
+
+
+def _run_files(run_dir: Path, limit: int = 10_000) -> Iterator[os.stat_result]:
+    """The stat of the run dir and each entry in it, checkpoints included (bounded)."""
+    yield os.stat(run_dir)
+    for n, (folder, dirs, files) in enumerate(os.walk(run_dir)):
+        if n > limit:
+            return
+        for name in [*dirs, *files]:
+            with contextlib.suppress(OSError):
+                yield os.stat(os.path.join(folder, name))
+
+
+def csv_rows(records: Iterable[Record]) -> Iterator[dict[str, Any]]:
     for record in records:
         if record.get("type") in ("train", "eval"):
             yield {key: _cell(record.get(key)) for key in CSV_COLUMNS}
@@ -125,9 +173,11 @@ def _cell(value: Any) -> Any:
     return "" if value is None or isinstance(value, (list, dict)) else value
 
 
-def write_csv(records: Sequence[Record], out: Path) -> int:
+def write_csv(records: Iterable[Record], out: Path) -> int:
+    """Rows streamed to a temp file beside `out`, renamed over it at the end: a failed
+    export leaves no half-written CSV (and an existing one intact)."""
     rows = 0
-    with open(out, "w", newline="", encoding="utf-8") as f:
+    with replacing(out) as tmp, open_nofollow(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         writer.writeheader()
         for row in csv_rows(records):
@@ -156,7 +206,7 @@ def scalars(record: Record) -> Iterator[tuple[str, float, int]]:
             yield tag, float(value), step
 
 
-def write_tensorboard(records: Sequence[Record], folder: Path) -> int:
+def write_tensorboard(records: Iterable[Record], folder: Path) -> int:
     writer = summary_writer(folder)
     count = 0
     try:
@@ -190,18 +240,21 @@ class TensorBoardSink(Sink):
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        records, notes = read_records(metrics_file(args.run))
+        metrics = metrics_file(args.run)
+        reading = Reading(metrics)
         out = Path(args.out).expanduser()
+        refuse_run_files(out, metrics)
         if args.format == "csv":
             if out.is_dir():
                 raise ExportError(f"--out {out} is a folder; name the CSV file to write.")
-            count = write_csv(records, out)
+            count = write_csv(reading, out)
             what = f"{count} rows"
         else:
             if out.exists() and not out.is_dir():
                 raise ExportError(f"--out {out} is a file; name a folder for the event files.")
-            count = write_tensorboard(records, out)
+            count = write_tensorboard(reading, out)
             what = f"{count} scalars (tensorboard --logdir {out})"
+        notes = reading.notes
     except OSError as exc:
         print(f"tuitrain export: error: cannot write ({exc.strerror or exc}).", file=sys.stderr)
         return EXIT_USAGE
