@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError, usable_path
+from tuitrain.safefile import NotRegular, kind_of, open_regular
 
 RUN_FILES = ("metrics.jsonl", "config.toml", "train.log")  # what a run dir holds early on
 MAX_POLL_S = 3600.0  # --poll: seconds between file checks, above 0 and at most this
@@ -112,10 +113,17 @@ def check_target(target: str, *, strict: bool) -> Path:
         )
     if path.is_dir():
         raise WatchError(f"{path} is a folder, not a metrics file; pass the run dir above it.")
+    if path.exists() and not path.is_file():
+        raise WatchError(
+            f"{path} is {kind_of(path.stat().st_mode)}, not a regular file; a run writes "
+            "its metrics.jsonl as a file: pass the run dir of a run."
+        )
     if path.is_file():
         try:
-            with open(path, "rb") as f:
+            with open_regular(path, "rb") as f:
                 first = f.readline(PROBE_BYTES)
+        except NotRegular as exc:
+            raise WatchError(str(exc)) from None
         except OSError as exc:
             raise WatchError(
                 f"{path} cannot be read ({exc.strerror or type(exc).__name__}); "

@@ -137,6 +137,33 @@ def refuse_if_held(run_dir: str | Path | None) -> None:
         os.close(fd)
 
 
+def writer_gone(run_dir: str | Path) -> bool:
+    """True when the run dir's lock file exists and no process holds it: the run that wrote
+    there has exited (a writer holds an exclusive flock for its whole life; the kernel drops
+    it when the process dies, by kill -9 or the OOM killer alike). False when it is held, or
+    when there is no lock file to tell (a run from an older tuitrain, a copied folder).
+    Non-blocking, a regular file only: a viewer never waits on it."""
+    import fcntl
+    import stat
+
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(Path(run_dir) / LOCK_NAME, flags)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return False  # held (BlockingIOError): the writer is alive
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    finally:
+        os.close(fd)
+
+
 class RunDirLock:
     """One writer per run dir. Rank 0 holds an exclusive lock on RUN_DIR/.tuitrain.lock (its
     pid inside, for the message) and checks that no rank of an earlier job still holds

@@ -22,10 +22,11 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from tuitrain.metrics.records import clean_record
 from tuitrain.metrics.store import MetricStore
+from tuitrain.safefile import NotRegular, open_regular
 
 TRAIN_PREFIX = b'{"type": "train"'
 TRAIN_AFTER_NEWLINE = b"\n" + TRAIN_PREFIX
@@ -65,9 +66,9 @@ class JsonlFollower:
     def poll(self) -> int:
         """Read the lines appended since the last call; returns how many records were pushed."""
         try:
-            f = open(self.path, "rb")  # noqa: SIM115 - closed below
-        except FileNotFoundError:
-            return 0  # not there yet, or being replaced: try again later
+            f = cast(BinaryIO, open_regular(self.path, "rb"))  # never blocks on a FIFO
+        except (FileNotFoundError, NotRegular):
+            return 0  # not there yet, being replaced, or not a file (watch refused it first)
         with f:
             stat = os.fstat(f.fileno())  # of the file opened, even if replaced meanwhile
             if self._inode is not None and (

@@ -203,6 +203,7 @@ class MetricStore:
                 self._events.append(rec)
             elif kind == "header":
                 self._header = rec
+                self._end = None  # a resumed run appends a header: it runs again
             elif kind == "end":
                 self._end = rec
 

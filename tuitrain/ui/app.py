@@ -11,6 +11,7 @@ own exit code (1, or 2 for a preset/data error) when the last run failed and the
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
@@ -49,6 +50,7 @@ from tuitrain.ui.view import (
     latest_alert,
     quiet_seconds,
     silence,
+    writer_dead,
 )
 from tuitrain.ui.widgets.banner import Banner, alert_text, failure_text
 from tuitrain.ui.widgets.datawait import DataWaitPanel
@@ -116,6 +118,8 @@ class TuitrainApp(SessionApp):
         self.footer = Footer()
         self.watched_path: Path | None = None  # watch mode: the followed metrics.jsonl
         self.ui_cpu = ThreadCpuShare()  # the UI thread's own CPU share, shown on live runs
+        self._dead = False  # watch mode: the run's writer is gone without an end record
+        self._dead_checked = -math.inf
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -178,8 +182,14 @@ class TuitrainApp(SessionApp):
         snap = self.store.snapshot()
         host = self.host
         if host is None:
-            quiet = quiet_seconds(self.watched_path) if self.watched_path is not None else None
-            return Frame(snap, silent_s=silence(snap, quiet))
+            path = self.watched_path
+            quiet = quiet_seconds(path) if path is not None else None
+            now = time.monotonic()
+            if path is not None and now - self._dead_checked >= 1.0:  # a probe a second
+                self._dead_checked = now
+                self._dead = writer_dead(snap, path, quiet)
+            dead = self._dead and snap.end is None
+            return Frame(snap, silent_s=None if dead else silence(snap, quiet), dead=dead)
         ctl = host.control
         elapsed = None
         if snap.end is not None and snap.end.get("elapsed_s") is not None:
@@ -240,6 +250,14 @@ class TuitrainApp(SessionApp):
             banner.show(
                 f"switching to preset [b]{esc(self.pending_cfg.name)}[/b]: waiting for the engine "
                 f"to finish its current step{past} and write its files…"
+            )
+        elif frame.dead:
+            run_dir = (frame.snap.header or {}).get("run_dir") or "DIR"
+            banner.show(
+                f"the run's process is gone{past} and wrote no end record: it was killed "
+                "(kill -9, the OOM killer, a lost node); its last checkpoint resumes it: "
+                f"[b]tuitrain --resume auto --run-dir {esc(run_dir)}[/b]",
+                "error",
             )
         elif (quiet := frame.silent_s) is not None:
             run_dir = (frame.snap.header or {}).get("run_dir") or "DIR"

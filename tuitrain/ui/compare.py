@@ -39,6 +39,7 @@ from tuitrain.ui.view import (
     quiet_seconds,
     silence,
     smoothed_series,
+    writer_dead,
 )
 from tuitrain.ui.widgets.chart import Line, MetricChart, format_tick, log_title
 from tuitrain.ui.widgets.panel import esc as escape
@@ -48,7 +49,8 @@ from tuitrain.ui.widgets.status import STATE_STYLE
 COLORS = ("primary", "warning")  # run A, run B (theme variables), as on the parity screen
 COLUMNS = """\
 run: preset (from the run's header) · run dir · status: running, completed, failed, stopped \
-(the end record), waiting (no file yet), silent (no end record, no line for 10 log \
+(the end record), waiting (no file yet), crashed (no end record and no process holds the \
+run dir lock), silent (no end record, no line for 10 log \
 intervals) · step: latest logged step · loss: train loss smoothed \
 as on the dashboard (EMA {w}) · samples/s: median of the points held · TFLOP/s: median \
 achieved (the run's FLOPs per sample x samples/s) · MFU: median TFLOP/s over the device's peak \
@@ -99,7 +101,9 @@ def summarize(snap: Snapshot, path: Path) -> RunSummary:
     state = derived_state(snap)
     if snap.header is None and not path.exists():
         state = "waiting"
-    elif state == "running" and silence(snap, quiet_seconds(path)) is not None:
+    elif state == "running" and writer_dead(snap, path, quiet := quiet_seconds(path)):
+        state = "crashed"  # no end record, and no process holds its run dir's lock
+    elif state == "running" and silence(snap, quiet) is not None:
         state = "silent"  # no end record and no line for 10 log intervals: it may have died
     return RunSummary(
         label=run_label(snap, path),

@@ -127,6 +127,20 @@ def quiet_seconds(path: Path) -> float | None:
         return None
 
 
+DEAD_AFTER_QUIET_S = 1.0  # the lock is free and the file this still: no end record is coming
+
+
+def writer_dead(snap: Snapshot, path: Path, quiet_s: float | None) -> bool:
+    """Watch mode: the run has a header and no end record, its file has been still for a
+    second (an end record written just before the writer exited is read by then), and no
+    process holds its run dir's lock: it died without saying so."""
+    from tuitrain.engine.rundir import writer_gone
+
+    if snap.end is not None or snap.header is None or quiet_s is None:
+        return False
+    return quiet_s >= DEAD_AFTER_QUIET_S and writer_gone(path.parent)
+
+
 def silence(snap: Snapshot, quiet_s: float | None) -> float | None:
     """Watch mode: how long a run without an `end` record has written nothing, when that is
     far longer than its own log interval (killed by -9, the OOM killer, a lost node), else
@@ -303,6 +317,7 @@ class Frame:
     host_memory: int | None = None  # physical memory of this machine, live CPU runs only
     elapsed_s: float | None = None  # wall time since the live run started
     silent_s: float | None = None  # watch mode: how long a run without an end wrote nothing
+    dead: bool = False  # watch mode: no end record, and no process holds the run's lock
     ui_cpu_frac: float | None = None  # live: the UI thread's CPU time per wall second
 
 

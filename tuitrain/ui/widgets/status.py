@@ -25,6 +25,7 @@ STATE_STYLE = {
     "stopped": "$warning",
     "failed": "$error",
     "silent": "$warning",
+    "crashed": "$error",
 }
 
 
@@ -47,6 +48,8 @@ class StatusBar(Static):
         state = display_state(snap, frame.engine_state, pausing=frame.pausing)
         if frame.silent_s is not None:
             state = "silent"
+        if frame.dead:
+            state = "crashed"
         if stopping and state not in ("completed", "stopped", "failed"):
             state = "stopping"
         style = STATE_STYLE.get(state, "$foreground")
@@ -82,7 +85,7 @@ class StatusBar(Static):
         frac = prog.fraction
         width = max(10, min(40, self.size.width - 66)) if self.size.width else 20
         pct = f"{frac * 100:3.0f}%" if frac is not None else "  —"
-        eta = None if frame.silent_s is not None else prog.eta_s
+        eta = None if frame.silent_s is not None or frame.dead else prog.eta_s
         elapsed = (
             f"  [$foreground-muted]elapsed[/] {format_duration(frame.elapsed_s)}"
             if frame.elapsed_s is not None
