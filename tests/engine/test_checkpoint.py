@@ -174,10 +174,12 @@ def test_pickle_payload_is_refused_without_running(tmp_path: Path) -> None:
     "garbage",
     [b"hello world" * 10, b"\x80\x02X\x05\x00\x00\x00\xff\xfe\xfd\xfc\xfb."],
 )
-def test_garbage_bytes_are_refused_as_corrupt(tmp_path: Path, garbage: bytes) -> None:
+def test_garbage_bytes_are_refused_as_no_checkpoint(tmp_path: Path, garbage: bytes) -> None:
+    """Text or a bare pickle is not what torch.save writes: "not a tuitrain checkpoint", not
+    "could run code" (that is for a real archive carrying objects)."""
     path = tmp_path / "ckpt-step00000001.pt"
     path.write_bytes(garbage)
-    with pytest.raises(CheckpointError, match="is truncated or corrupt"):
+    with pytest.raises(CheckpointError, match="is not a tuitrain checkpoint"):
         load_checkpoint(path)
 
 
@@ -259,10 +261,41 @@ def test_failed_save_during_training_is_reported_and_training_goes_on(
     result = run(
         tiny_config("train.max_steps=4", "checkpoint.every_steps=2"), Capture(), run_dir=tmp_path
     )
-    assert result.status == "completed"
+    assert result.step == 4  # training went on to its end
     failed = [e for e in events if e.get("kind") == "checkpoint_failed"]
     assert failed and "No space left on device" in failed[0]["message"]
+    assert all("no checkpoint of this run is kept" in e["message"] for e in failed)
     assert not list((tmp_path / "checkpoints").glob(".ckpt-*"))
+    # every write failed and none is on disk: not a success
+    assert result.status == "failed" and result.exit_code == 1
+    assert "no checkpoint was kept" in result.reason and events[-1]["status"] == "failed"
+
+
+def test_a_failed_save_after_a_kept_one_says_the_earlier_one_is_intact(
+    tiny_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_save = torch.save
+    calls = [0]
+
+    def fills_up(obj: object, f: object) -> None:
+        calls[0] += 1
+        if calls[0] > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(obj, f)
+
+    monkeypatch.setattr("tuitrain.engine.checkpoint.torch.save", fills_up)
+    events: list[dict] = []
+
+    class Capture(NullSink):
+        def write(self, record: dict) -> None:
+            events.append(record)
+
+    result = run(
+        tiny_config("train.max_steps=4", "checkpoint.every_steps=2"), Capture(), run_dir=tmp_path
+    )
+    failed = [e for e in events if e.get("kind") == "checkpoint_failed"]
+    assert failed and "intact (newest: ckpt-step00000002.pt)" in failed[0]["message"]
+    assert result.status == "completed" and result.exit_code == 0
 
 
 def test_keep_last_k(tiny_config, tmp_path: Path) -> None:

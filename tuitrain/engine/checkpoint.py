@@ -24,7 +24,7 @@ import torch
 
 from tuitrain.engine.rundir import CKPT_DIR
 from tuitrain.errors import UserError
-from tuitrain.safefile import open_nofollow
+from tuitrain.safefile import NotRegular, open_nofollow, open_regular, read_regular_text
 
 LATEST = "latest"
 _NAME = re.compile(r"^ckpt-step(\d{8})\.pt$")
@@ -196,34 +196,64 @@ def list_checkpoints(folder: Path) -> list[Path]:
 # ----------------------------------------------------------------------------- load
 
 
+ZIP_MAGIC = b"PK\x03\x04"  # torch.save writes a zip archive; anything else is not ours
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load with weights_only=True; every way a file can be bad is one clear sentence."""
-    if path.is_dir():
-        raise CheckpointError(
-            f"checkpoint {path} is a folder; pass a ckpt-step*.pt file in it, "
-            "or --resume auto --run-dir RUN_DIR."
-        )
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist; check the path.")
-    if path.stat().st_size == 0:
-        raise CheckpointError(
-            f"checkpoint {path} is empty (a save was interrupted?); "
-            "use --resume auto to pick the newest complete one."
-        )
+    """Load with weights_only=True; every way a file can be bad is one clear sentence, and
+    a FIFO, device or socket in its place is refused without being opened for long (no hang).
+    """
+    fix = "pass a ckpt-step*.pt file, or --resume auto --run-dir RUN_DIR"
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        lines = [ln.strip() for ln in str(exc).splitlines() if "Unpickler error" in ln]
-        first = (lines[0] if lines else str(exc).strip().splitlines()[0])[:200]
+        f = open_regular(path, "rb", fix)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {path} does not exist; check the path.") from None
+    except NotRegular as exc:
+        if path.is_dir():
+            raise CheckpointError(
+                f"checkpoint {path} is a folder; pass a ckpt-step*.pt file in it, "
+                "or --resume auto --run-dir RUN_DIR."
+            ) from None
+        raise CheckpointError(f"checkpoint {exc}") from None
+    except OSError as exc:
         raise CheckpointError(
-            f"checkpoint {path} was refused: it holds objects other than tensors and plain "
-            f"data, which could run code when loaded ({first}); only load files you trust."
+            f"checkpoint {path} cannot be read ({exc.strerror or type(exc).__name__}); "
+            "check its permissions."
         ) from None
-    except Exception as exc:  # noqa: BLE001 - however torch.load fails, the file is bad
-        raise CheckpointError(
-            f"checkpoint {path} is truncated or corrupt ({type(exc).__name__}); "
-            "use --resume auto to pick the newest complete one."
-        ) from None
+    with f:
+        head = f.read(len(ZIP_MAGIC))
+        if not head:
+            raise CheckpointError(
+                f"checkpoint {path} is empty (a save was interrupted?); "
+                "use --resume auto to pick the newest complete one."
+            )
+        if head != ZIP_MAGIC:
+            raise CheckpointError(
+                f"{path} is not a tuitrain checkpoint (not a file torch.save writes: it does "
+                "not start as a zip archive); pass a ckpt-step*.pt that a run saved."
+            )
+        f.seek(0)
+        try:
+            state = torch.load(f, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:
+            text = str(exc)
+            if "GLOBAL" not in text:  # an opcode torch's safe loader does not know: garbage
+                raise CheckpointError(
+                    f"checkpoint {path} is truncated or corrupt (its data is not what "
+                    "torch.save writes); use --resume auto to pick the newest complete one."
+                ) from None
+            lines = [ln.strip() for ln in text.splitlines() if "GLOBAL" in ln]
+            first = (lines[0] if lines else text.strip().splitlines()[0])[:200]
+            raise CheckpointError(
+                f"checkpoint {path} was refused: it holds objects other than tensors and "
+                f"plain data, which could run code when loaded ({first}); only load files "
+                "you trust."
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - however torch.load fails, the file is bad
+            raise CheckpointError(
+                f"checkpoint {path} is truncated or corrupt ({type(exc).__name__}); "
+                "use --resume auto to pick the newest complete one."
+            ) from None
     if not isinstance(state, dict) or "model" not in state or "step" not in state:
         raise CheckpointError(f"{path} is not a tuitrain checkpoint (no model/step in it).")
     return state
@@ -235,8 +265,8 @@ def find_latest(run_dir: Path, skipped: list[str] | None = None) -> Path:
     over because it does not load is appended to `skipped` as one line."""
     folder = checkpoint_dir(run_dir)
     candidates = list_checkpoints(folder) if folder.is_dir() else []
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        named = (folder / LATEST).read_text(encoding="utf-8").strip()
+    with contextlib.suppress(OSError, UserError):  # a FIFO there: not read, not waited on
+        named = read_regular_text(folder / LATEST, limit=4096).strip()
         if _NAME.match(named) and (folder / named).is_file():
             candidates = [folder / named, *[p for p in candidates if p.name != named]]
     for path in candidates:

@@ -177,12 +177,16 @@ def run(
             trainer.profiler.close()
             trainer.diagnostics.close()  # on_alert commands still running: their time limit
     reason = control.stop_reason if status == "stopped" else "reached the configured steps/epochs"
+    code = control.exit_code or EXIT_OK
+    if lost := no_checkpoint_kept(trainer, run_dir):
+        status, reason, code = "failed", f"{reason}, but {lost}", code or EXIT_FAILED
+        sink.write(event_record(lost, level="error", kind="failed", hint=""))
     control.state = status
     result = RunResult(
         status,
         reason,
         trainer.step,
-        control.exit_code or EXIT_OK,
+        code,
         trainer.val_acc,
         trainer.val_loss,
         mean(trainer.throughputs),
@@ -194,6 +198,22 @@ def run(
         sink.write(end)
         sink.flush()
     return result
+
+
+def no_checkpoint_kept(trainer: Trainer, run_dir: Path | None) -> str:
+    """'' unless checkpoint writes failed and the run ends with none on disk: the sentence
+    that says so (the run's training is lost; a full disk is not a success)."""
+    from tuitrain.engine.checkpoint import checkpoint_dir, list_checkpoints
+
+    failure = trainer.checkpoint_failure
+    if failure is None or run_dir is None or not trainer.dist.is_main:
+        return ""
+    if list_checkpoints(checkpoint_dir(run_dir)):
+        return ""
+    return (
+        f"no checkpoint was kept: every checkpoint write failed ({failure}); free space "
+        f"where {checkpoint_dir(run_dir)} lies, or pass --run-dir on another disk, and rerun"
+    )
 
 
 def weights_digest(model: torch.nn.Module) -> str:

@@ -81,6 +81,7 @@ class Trainer:
         self.stop_wanted = self.pause_wanted = self.checkpoint_wanted = False
         self.samples = 0
         self.val_acc: float | None = None
+        self.checkpoint_failure: str | None = None  # why the last failed checkpoint failed
         self.val_loss: float | None = None
         # per val image, in the val order: did the last evaluation get it right? (device bools)
         self.val_correct: torch.Tensor | None = None
@@ -368,17 +369,23 @@ class Trainer:
             return self.save_main(reason)
 
     def save_main(self, reason: str) -> Path | None:
-        from tuitrain.engine.checkpoint import save_checkpoint
+        from tuitrain.engine.checkpoint import checkpoint_dir, list_checkpoints, save_checkpoint
         from tuitrain.engine.state import capture
 
         assert self.run_dir is not None
         try:
             path = save_checkpoint(self.run_dir, capture(self), self.cfg.checkpoint.keep)
         except OSError as exc:
+            self.checkpoint_failure = str(exc.strerror or exc)
+            kept = list_checkpoints(checkpoint_dir(self.run_dir))
+            said = (
+                f"the earlier checkpoints are intact (newest: {kept[0].name})"
+                if kept
+                else "no checkpoint of this run is kept"
+            )
             self.sink.write(
                 event_record(
-                    f"checkpoint at step {self.step} failed ({exc.strerror or exc}); "
-                    "the earlier checkpoints are intact",
+                    f"checkpoint at step {self.step} failed ({self.checkpoint_failure}); {said}",
                     level="error",
                     kind="checkpoint_failed",
                 )
