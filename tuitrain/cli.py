@@ -19,6 +19,7 @@ from tuitrain.errors import EXIT_SIGINT, OneLineParser, UserError, usable_path
 from tuitrain.launch import resume_config, run_headless
 from tuitrain.signals import defer_signals
 from tuitrain.stdio import guard_std_streams, print_out, say, stdout_gone
+from tuitrain.text import strip_controls
 
 ENVIRONMENT_HELP = """environment:
   TUITRAIN_DATA        folder with Fashion-MNIST's IDX files (after --data-dir)
@@ -162,9 +163,10 @@ def without_nproc(argv: list[str]) -> list[str]:
 def list_presets() -> int:
     rows = describe_presets()
     width = max((len(name) for name, _ in rows), default=0)
-    for name, desc in rows:
+    for name, desc in rows:  # a user preset's text is shown, never obeyed by the terminal
         default = " (default)" if name == DEFAULT_PRESET else ""
-        print_out(f"{name:<{width}}  {desc}{default}")
+        shown = strip_controls(f"{name:<{width}}  {desc}{default}", one_line=True)
+        print_out(shown)
     return 0
 
 

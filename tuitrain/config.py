@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tuitrain.errors import UserError
+from tuitrain.safefile import NotRegular, open_regular, regular_or_missing
 
 DEFAULT_PRESET = "fashion-mini"
+PRESET_MAX_BYTES = 1 << 20  # a preset file is a few hundred bytes; this is surely not one
 
 
 class ConfigError(UserError):
@@ -35,7 +37,9 @@ def _f(default: Any, doc: str, **rules: Any) -> Any:
 
 @dataclass(kw_only=True, slots=True)
 class PresetInfo:
-    description: str = _f("", "One line shown by --list-presets and the preset picker.")
+    description: str = _f(
+        "", "One line shown by --list-presets and the preset picker.", max_len=1000
+    )
     gpu: bool = _f(False, "Meant for a GPU: a run of it on a CPU starts with a warning.")
 
 
@@ -100,7 +104,9 @@ class OptimConfig:
     )
     warmup_steps: int = _f(0, "Linear warmup steps.", min=0)
     min_lr_ratio: float = _f(0.0, "Decay floor as a fraction of lr.", min=0.0, max=1.0)
-    grad_clip: float = _f(0.0, "Clip the global grad norm to this value (0 = off).", min=0.0)
+    grad_clip: float = _f(
+        0.0, "Clip the global grad norm to this value (0 = off).", min=0.0, max=1e6
+    )
     grad_accum: int = _f(1, "Micro-batches accumulated per optimizer step.", min=1, max=4096)
 
 
@@ -162,7 +168,12 @@ class CheckpointConfig:
 
 @dataclass(kw_only=True, slots=True)
 class DistributedConfig:
-    timeout_s: float = _f(300.0, "Process-group timeout: a dead rank ends the job after it.", gt=0)
+    timeout_s: float = _f(
+        300.0,
+        "Process-group timeout: a dead rank ends the job after it (1 s to 7 days).",
+        min=1.0,
+        max=7 * 24 * 3600.0,
+    )
 
 
 AlertAction = Literal["off", "warn", "pause", "checkpoint", "stop"]
@@ -262,6 +273,8 @@ def _coerce(path: str, value: Any, tp: Any) -> Any:
             raise ConfigError(f"{path} = {value!r:.40} is not a finite number; give a real number.")
     if tp is str and (bad := next((c for c in value if ord(c) < 32 or ord(c) == 127), None)):
         raise ConfigError(f"{path} = {value!r:.60} holds a control character ({bad!r}); remove it.")
+    if tp is str and (bad := next((c for c in value if 0x80 <= ord(c) < 0xA0), None)):
+        raise ConfigError(f"{path} = {value!r:.60} holds a control character ({bad!r}); remove it.")
     return float(value) if tp is float else value
 
 
@@ -269,7 +282,17 @@ SYNTHETIC_MAX = 1 << 24  # synthetic train/val samples: 128 MiB of labels
 INT_MAX = 2**31 - 1  # the bound of an int without its own: past it torch and numpy overflow
 
 
+TEXT_MAX = 4096  # the longest text a key takes (PATH_MAX): a header stays readable by watch
+
+
 def _check_range(path: str, value: Any, meta: typing.Mapping[str, Any]) -> None:
+    if isinstance(value, str):
+        limit = meta.get("max_len", TEXT_MAX)
+        if len(value) > limit:
+            raise ConfigError(
+                f"{path} is {len(value):,} characters long; it must be at most {limit:,}."
+            )
+        return
     if isinstance(value, int) and not isinstance(value, bool) and "max" not in meta:
         meta = {**meta, "max": INT_MAX}
     if "min" in meta and value < meta["min"]:
@@ -402,7 +425,11 @@ def available_presets() -> dict[str, Path]:
 def resolve_preset(name_or_path: str) -> Path:
     path = Path(name_or_path).expanduser()
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
-        if not path.is_file():
+        try:
+            exists = regular_or_missing(path, "pass a preset's .toml file")
+        except NotRegular as exc:
+            raise ConfigError(f"preset {exc}") from None
+        if not exists:
             raise ConfigError(f"preset file {name_or_path} does not exist; check the path.")
         return path
     presets = available_presets()
@@ -417,10 +444,19 @@ def resolve_preset(name_or_path: str) -> Path:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # never blocks: a FIFO named x.toml is refused, not opened for reading
+        with open_regular(path, "rb", "pass a preset's .toml file") as f:
+            data = f.read(PRESET_MAX_BYTES + 1)
+    except NotRegular as exc:
+        raise ConfigError(f"preset {exc}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read preset {path}: {exc.strerror}.") from exc
+    if len(data) > PRESET_MAX_BYTES:
+        raise ConfigError(
+            f"preset {path} is over {PRESET_MAX_BYTES // 1024} KiB; a preset is a short TOML file."
+        )
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"preset {path} is not UTF-8 text; pass a TOML preset file.") from None
     try:
@@ -436,10 +472,18 @@ def read_toml(path: Path) -> dict[str, Any]:
 def load_preset(name_or_path: str = DEFAULT_PRESET, overrides: list[str] | None = None) -> Config:
     """Find a preset by name or path, apply `section.key=value` overrides, validate."""
     path = resolve_preset(name_or_path)
-    raw = apply_overrides(read_toml(path), overrides or [])
+    preset = read_toml(path)
+    raw = apply_overrides(preset, overrides or [])
     try:
         return config_from_dict(raw, name=path.stem)
     except ConfigError as exc:
+        if overrides:  # whose mistake: the file's, or the override's?
+            try:
+                config_from_dict(preset, name=path.stem)
+            except ConfigError:
+                pass
+            else:
+                raise ConfigError(f"--set: {exc}") from None
         raise ConfigError(f"{path.name}: {exc}") from None
 
 
@@ -448,8 +492,15 @@ def describe_presets() -> list[tuple[str, str]]:
     out = []
     for name, path in available_presets().items():
         try:
-            desc = str(read_toml(path).get("preset", {}).get("description", ""))
+            table = read_toml(path).get("preset", {})
+            if not isinstance(table, dict):
+                raise ConfigError(
+                    f"its 'preset' must be a table ([preset]), not {type(table).__name__}"
+                )
+            desc = table.get("description", "")
+            if not isinstance(desc, str):
+                raise ConfigError(f"its preset.description must be text, not {type(desc).__name__}")
         except ConfigError as exc:
             desc = f"(unreadable: {exc})"
-        out.append((name, desc))
+        out.append((name, desc[:200]))
     return out
