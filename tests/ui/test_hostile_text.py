@@ -290,3 +290,21 @@ async def test_at_tiny_sizes_nothing_draws_outside_its_panel(size: tuple[int, in
                         break
         assert not bad, "\n".join(bad)
         assert app._exception is None
+
+
+async def test_the_preset_picker_shows_names_and_descriptions_literally() -> None:
+    from textual.widgets import OptionList
+
+    from tuitrain.ui.screens.presets import PresetScreen
+
+    presets = [("a[/b]", "[bold desc \x1b[31m\x07"), ("b\\", "x" * 2000), (MARK, "")]
+    app = TuitrainApp(store=MetricStore())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await app.push_screen(PresetScreen(presets, current="a[/b]"))
+        await pilot.pause(0.2)
+        options = app.screen.query_one(OptionList)
+        shown = [str(options.get_option_at_index(i).prompt) for i in range(3)]
+        assert shown[0].startswith("a[/b]") and "[bold desc [31m" in shown[0]
+        assert "\x1b" not in shown[0] and "\x07" not in shown[0]
+        assert shown[2].startswith(MARK)
+        assert app._exception is None
