@@ -447,6 +447,7 @@ def carry_on_headless(host: RunHost, error: BaseException) -> int:
         f"tuitrain: the dashboard failed ({failure}){saved}; the run goes on headless to its "
         "end (Ctrl-C stops it at a step boundary and saves)"
     )
+    host.control.resume()  # paused by a key or a parity check: nothing could unpause it now
     restore = stop_run_on_signals(host.control)
     try:
         while not host.join(0.5):
