@@ -66,7 +66,7 @@ class BF16Precision(Precision):
         capability = torch.backends.cpu.get_cpu_capability()
         return (
             f"bf16 on this CPU ({capability}) is emulated: it has no AVX512-BF16 or AMX, so "
-            "bf16 autocast runs ~5x slower than fp32",
+            "bf16 autocast runs ~7x slower than fp32 (measured: 267 against 1,856 samples/s)",
             "use --precision fp32 on this CPU",
         )
 
