@@ -61,7 +61,9 @@ def export_once(tree: Path, run: Path, out: Path) -> tuple[float, float]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, "-m", "tuitrain", "export", str(run), "--format", "csv"]
     started = time.perf_counter()
-    proc = subprocess.Popen([*cmd, "--out", str(out)], env=env, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(  # cwd: `-m` looks in the current folder first
+        [*cmd, "--out", str(out)], env=env, cwd=tree, stderr=subprocess.DEVNULL
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - started
     proc.returncode = os.waitstatus_to_exitcode(status)
