@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tuitrain.config import SECTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,3 +58,21 @@ def test_the_readme_lists_exactly_the_event_kinds_written() -> None:
         f"README lists but code never writes: {sorted(listed - written_kinds())}; "
         f"code writes but README does not list: {sorted(written_kinds() - listed)}"
     )
+
+
+def test_the_readme_names_every_preset_table_where_it_lists_them() -> None:
+    sentence = next(p for p in README.split("\n\n") if "one table per section" in p)
+    assert all(f"`[{section}]`" in sentence for section in SECTIONS), sentence
+
+
+def test_the_readme_says_which_presets_win(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the README says (a user preset shadows a shipped one of the same name) is what
+    available_presets does."""
+    from tuitrain.config import available_presets
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    mine = tmp_path / "tuitrain" / "presets" / "fashion-mini.toml"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("[preset]\n")
+    assert available_presets()["fashion-mini"] == mine
+    assert "shadows** a shipped one" in README
