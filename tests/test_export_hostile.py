@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -97,3 +101,29 @@ def test_a_special_metrics_file_is_refused_at_once(
     err = capsys.readouterr().err
     assert ("not a regular file" in err) or ("no metrics.jsonl" in err), err
     assert not (tmp_path / "o.csv").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_ends_an_export_at_once_and_leaves_no_file(tmp_path: Path, sig: int) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    line = json.dumps(records("fp16", "cuda", 4)[1]) + "\n"
+    with open(run / "metrics.jsonl", "w") as f:
+        f.write(json.dumps(records("fp16", "cuda", 4)[0]) + "\n")
+        f.write(line * 400_000)  # ~300 MB: seconds of exporting
+    out = tmp_path / "out.csv"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuitrain", "export", str(run), "--format", "csv",
+         "--out", str(out)],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not any(p.name.startswith(".out.csv.tmp") for p in tmp_path.iterdir()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the export never started"
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=10)  # ends within seconds
+    assert proc.returncode == 128 + sig, (proc.returncode, err)
+    assert "Traceback" not in err
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no CSV, no temp file

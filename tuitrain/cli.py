@@ -205,7 +205,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = _main(argv)
     except KeyboardInterrupt:  # Ctrl-C before the run's own handler is installed (imports)
-        say("tuitrain: stopped by SIGINT before training started.")
+        args = list(sys.argv[1:] if argv is None else argv)
+        if args[:1] in (["export"], ["watch"], ["parity"]):  # a command, not a run
+            say(f"tuitrain {args[0]}: stopped by SIGINT.")
+        else:
+            say("tuitrain: stopped by SIGINT before training started.")
         code = EXIT_SIGINT
     try:
         sys.stdout.flush()

@@ -15,7 +15,9 @@ import csv
 import json
 import math
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -237,8 +239,16 @@ class TensorBoardSink(Sink):
         self.writer.close()
 
 
+def leave_on_signal(signum: int, _frame: object) -> None:
+    """SIGTERM or SIGHUP: leave as Ctrl-C does, through the cleanup (no temp file is left)."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, leave_on_signal)
     try:
         metrics = metrics_file(args.run)
         reading = Reading(metrics)
