@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -81,7 +82,8 @@ def test_the_refusal_comes_before_torch_is_imported(tmp_path: Path) -> None:
     finally:
         lock.release()
     refuse_if_held(tmp_path)  # the run ended: its lock went with it
-    assert (tmp_path / ".tuitrain.lock").read_text().strip().isdigit()
+    pid, host = (tmp_path / ".tuitrain.lock").read_text().split()  # the writer: pid and host
+    assert pid.isdigit() and host == socket.gethostname()
 
 
 @pytest.mark.timeout(30)

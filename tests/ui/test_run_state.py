@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -126,3 +127,12 @@ def test_watch_refuses_a_special_metrics_file_in_a_run_dir_at_once(
     assert time.monotonic() - started < 5
     if kind == "fifo":
         os.unlink(tmp_path / "metrics.jsonl")
+
+
+def test_a_lock_written_on_another_host_is_not_judged_here(tmp_path: Path) -> None:
+    """On a shared filesystem a lock taken on another node may not show here: a run dir whose
+    writer was on another host is left to the silence rule, never called crashed."""
+    (tmp_path / LOCK_NAME).write_text("4242 some-other-node")
+    assert not writer_gone(tmp_path)
+    (tmp_path / LOCK_NAME).write_text(f"4242 {socket.gethostname()}")
+    assert writer_gone(tmp_path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import socket
 import stat
 import time
 from datetime import datetime
@@ -88,6 +89,7 @@ RANKS_LOCK_NAME = ".tuitrain.ranks.lock"  # the other DDP ranks: shared, while t
 
 
 def _held_message(run_dir: Path, holder: str) -> str:
+    holder = (holder.split() or ["another process"])[0] if holder != "another process" else holder
     return (
         f"run dir {run_dir} is in use by a running tuitrain (pid {holder}); "
         "stop that run first, or pass another --run-dir."
@@ -154,6 +156,9 @@ def writer_gone(run_dir: str | Path) -> bool:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return False
+        words = os.read(fd, 256).decode("utf-8", "replace").split()
+        if len(words) > 1 and words[1] != socket.gethostname():
+            return False  # written on another node: a lock there may not show here (NFS)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError:
@@ -219,7 +224,7 @@ class RunDirLock:
         if exclusive:
             f.seek(0)
             f.truncate()
-            f.write(str(os.getpid()))
+            f.write(f"{os.getpid()} {socket.gethostname()}")  # the host: see writer_gone
             f.flush()
         self._files.append(f)
 
