@@ -24,6 +24,7 @@ PRESETS = {  # --allow-cpu: one CNN preset (the GPU run's other two take the sam
 }
 
 
+@pytest.mark.slow
 def test_gpu_accuracy_plumbing_on_cpu_and_a_cut_run_keeps_its_epochs(
     bare: tuple[Path, dict[str, str]],  # noqa: F811 - the fixture
     tmp_path: Path,
@@ -96,6 +97,7 @@ def test_gpu_accuracy_refuses_a_bad_budget(tmp_path: Path) -> None:
     assert "budget_s must be a whole number of seconds, not '7m'" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no GPU")
 def test_gpu_accuracy_refuses_without_a_gpu(tmp_path: Path) -> None:
     data = tmp_path / "fashion"

@@ -70,6 +70,7 @@ def bare(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return tree_copy(tmp_path), env
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_gpu_sh_measures_from_a_bare_tree_on_cpu(bare: tuple[Path, dict[str, str]]) -> None:
     tree, env = bare
@@ -105,6 +106,7 @@ def test_gpu_sh_measures_from_a_bare_tree_on_cpu(bare: tuple[Path, dict[str, str
     assert summary["machine"]["cpu_capability"]  # which CPU the figures came from
 
 
+@pytest.mark.slow
 def test_gpu_sh_fails_when_nothing_was_measured(bare: tuple[Path, dict[str, str]]) -> None:
     """A budget too small for any run: no figure, so a non-zero exit and a sentence."""
     tree, env = bare
@@ -119,6 +121,7 @@ def test_gpu_sh_fails_when_nothing_was_measured(bare: tuple[Path, dict[str, str]
     assert "no run produced a figure" in proc.stderr, proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_gpu_sh_without_cuda_says_so(tmp_path: Path) -> None:
     """Without --allow-cpu on a machine without CUDA: exit 2, one line, nothing measured."""
     import torch

@@ -91,6 +91,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_no_ui_runs_to_completion_without_textual(tmp_path: Path) -> None:
     code = BLOCK.format(blocked=set(UI_LIBS))

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_wheel_install_lists_presets_from_another_directory(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     # The new venv sees this interpreter's site-packages (torch, textual: no 5 GB reinstall)

@@ -339,6 +339,7 @@ TOP_KEYS = ["step", "epoch", "epoch_step", "samples", "model", "optimizer", "sch
             "rng", "meter", "config", "preset", "world_size"]  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(SLOW, max_examples=60)
 @given(st.sampled_from(TOP_KEYS), JSON_VALUES, st.booleans())
 def test_a_checkpoint_with_any_part_replaced_is_resumed_or_refused(
@@ -397,6 +398,7 @@ def override_literal(value: Any) -> str:
     return json.dumps(value)
 
 
+@pytest.mark.slow
 @settings(SLOW, max_examples=60)
 @given(cli_pairs(), st.booleans())
 def test_the_command_line_exits_0_or_2_with_one_line(

@@ -44,22 +44,47 @@ class PresetInfo:
 
 
 @dataclass(kw_only=True, slots=True)
+class TaskConfig:
+    name: str = _f(
+        "classify",
+        "classify (cross-entropy over class indices; val loss and accuracy) | charlm (next"
+        " character; val loss in nats and bits per character), or a user factory "
+        "'package.module:function' returning an object with training_step(model, batch)"
+        ' (README: "Your own task").',
+    )
+    tolerance: float = _f(
+        0.0,
+        "Parity: the largest gap of the primary metric between fp32 and mixed precision that"
+        " passes, in the metric's units (0 = the task's own; classify: 0.5 points).",
+        min=0.0,
+        max=1e6,
+    )
+
+
+@dataclass(kw_only=True, slots=True)
 class ModelConfig:
     name: str = _f(
         "fashion_cnn",
-        "fashion_cnn | resnet18 | resnet18_cifar (3x3 stem, no max-pool: small images) | mlp, "
+        "fashion_cnn | resnet18 | resnet18_cifar (3x3 stem, no max-pool: small images) | mlp | "
+        "gpt (a causal character transformer for the charlm task: layers, heads, width), "
         "or a user factory 'package.module:function' "
         "called as factory(num_classes=N) -> nn.Module.",
     )
     dropout: float = _f(0.5, "Dropout before the classifier (fashion_cnn, mlp).", min=0.0, max=0.99)
     channels_last: bool = _f(False, "Use the channels_last memory format (helps convs on GPU).")
+    layers: int = _f(6, "Transformer blocks (gpt).", min=1, max=1024)
+    heads: int = _f(
+        6, "Attention heads per block (gpt); width must be a multiple.", min=1, max=1024
+    )
+    width: int = _f(384, "Embedding width (gpt).", min=8, max=65536)
 
 
 @dataclass(kw_only=True, slots=True)
 class DataConfig:
     name: str = _f(
         "fashion_mnist",
-        "fashion_mnist | fashion_mini (shipped subset) | synthetic, or a user factory "
+        "fashion_mnist | fashion_mini (shipped subset) | synthetic | shakespeare (shipped text, "
+        "for the charlm task), or a user factory "
         "'package.module:function' called as factory(split='train'|'val') -> Dataset.",
     )
     loader: Literal["device", "dataloader"] = _f(
@@ -89,6 +114,9 @@ class DataConfig:
         max=64,
     )
     hflip: bool = _f(False, "Train-time augmentation: flip each image left-right with p = 1/2.")
+    context: int = _f(
+        256, "Characters per sequence (shakespeare): the model's context.", min=2, max=1 << 16
+    )
     train_samples: int = _f(0, "Use only the first N training samples (0 = all).", min=0)
     val_samples: int = _f(0, "Use only the first N validation samples (0 = all).", min=0)
 
@@ -200,6 +228,9 @@ class AlertsConfig:
     input_bound_share: float = _f(0.2, "Data wait share of step time.", gt=0.0, max=1.0)
     input_bound_intervals: int = _f(3, "Log points in a row above the share.", min=1, max=10_000)
     straggler: AlertAction = _f("warn", "Under DDP, a rank 1.2x slower than the median.")
+    nonfinite_metric: AlertAction = _f(
+        "warn", "A task's own metric (train or validation) NaN or infinite."
+    )
     on_alert: str = _f(
         "", "Shell command run once per alert, the alert as one JSON object on its stdin."
     )
@@ -209,6 +240,7 @@ class AlertsConfig:
 @dataclass(kw_only=True, slots=True)
 class Config:
     preset: PresetInfo = field(default_factory=PresetInfo)
+    task: TaskConfig = field(default_factory=TaskConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)

@@ -71,6 +71,7 @@ def test_list_presets_from_another_directory(tmp_path: Path) -> None:
     assert "(default)" in proc.stdout
 
 
+@pytest.mark.slow
 def test_headless_run_writes_the_contract(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = tuitrain("--no-ui", "--max-steps", "4", "--run-dir", str(run_dir), *TINY)
@@ -88,6 +89,7 @@ def test_headless_run_writes_the_contract(tmp_path: Path) -> None:
     assert again.data.train_samples == 512 and again.train.max_steps == 4
 
 
+@pytest.mark.slow
 def test_memory_snapshot_steps_on_cpu_warns_and_exits_0(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     args = ["--no-ui", "--device", "cpu", "--max-steps", "2", "--run-dir", str(run_dir)]
@@ -100,6 +102,7 @@ def test_memory_snapshot_steps_on_cpu_warns_and_exits_0(tmp_path: Path) -> None:
     assert not list(run_dir.glob("memory-snapshot*"))
 
 
+@pytest.mark.slow
 def test_default_run_dir_is_under_runs(tmp_path: Path) -> None:
     proc = tuitrain("--no-ui", "--max-steps", "2", *TINY, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -107,6 +110,7 @@ def test_default_run_dir_is_under_runs(tmp_path: Path) -> None:
     assert len(made) == 1
 
 
+@pytest.mark.slow
 def test_no_tty_falls_back_to_headless(tmp_path: Path) -> None:
     proc = tuitrain("--max-steps", "2", "--run-dir", str(tmp_path), *TINY)
     assert proc.returncode == 0
@@ -132,6 +136,7 @@ def test_no_tty_falls_back_to_headless(tmp_path: Path) -> None:
         (["--set", "train.pace_s=61"], "train.pace_s = 61.0 is out of range"),
     ],
 )
+@pytest.mark.slow
 def test_bad_input_is_one_sentence_and_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
     proc = tuitrain("--no-ui", "--run-dir", str(tmp_path / "r"), *args)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
@@ -139,6 +144,7 @@ def test_bad_input_is_one_sentence_and_exit_2(tmp_path: Path, args: list[str], n
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_startup_is_one_line_and_exit_130(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TUITRAIN_NO_DOWNLOAD": "1"}
     proc = subprocess.Popen(
@@ -170,6 +176,7 @@ def test_malformed_toml_names_line_and_column(tmp_path: Path) -> None:
     assert "bad.toml is not valid TOML" in proc.stderr and "line 2" in proc.stderr
 
 
+@pytest.mark.slow
 def test_run_dir_not_writable(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -178,6 +185,7 @@ def test_run_dir_not_writable(tmp_path: Path) -> None:
     assert "is not writable" in proc.stderr and "--run-dir" in proc.stderr
 
 
+@pytest.mark.slow
 def test_labels_out_of_range_are_caught_before_the_device(tmp_path: Path) -> None:
     proc = tuitrain(
         "--no-ui",
@@ -198,6 +206,7 @@ def test_labels_out_of_range_are_caught_before_the_device(tmp_path: Path) -> Non
     assert "outside [0, 10)" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_nan_loss_exits_1_with_the_step(tmp_path: Path) -> None:
     proc = tuitrain(
         "--no-ui",
@@ -214,6 +223,7 @@ def test_nan_loss_exits_1_with_the_step(tmp_path: Path) -> None:
     assert read_records(tmp_path)[-1]["status"] == "failed"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_signals_stop_cleanly(tmp_path: Path, sig: signal.Signals, code: int) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -238,6 +248,7 @@ def test_signals_stop_cleanly(tmp_path: Path, sig: signal.Signals, code: int) ->
     assert end["reason"] == f"stopped by {sig.name}"
 
 
+@pytest.mark.slow
 def test_resume_from_a_file_not_saved_by_tuitrain(tmp_path: Path) -> None:
     import torch
 
@@ -248,6 +259,7 @@ def test_resume_from_a_file_not_saved_by_tuitrain(tmp_path: Path) -> None:
     assert "holds no run config, so it was not saved by tuitrain" in proc.stderr
 
 
+@pytest.mark.slow
 def test_resume_from_a_checkpoint_outside_a_run_dir_needs_run_dir(tmp_path: Path) -> None:
     """`--resume ~/Downloads/model.pt` used to make the home directory the run dir, and
     `--run-dir` was ignored with `--resume PATH`."""

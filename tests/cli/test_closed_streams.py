@@ -45,6 +45,7 @@ def last_record(run_dir: Path) -> dict:
         ),
     ],
 )
+@pytest.mark.slow
 def test_a_run_with_a_closed_or_broken_stream_completes(tmp_path: Path, command: str) -> None:
     proc = shell(command, tmp_path)
     assert "rc=0" in proc.stderr, proc.stderr

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 # 2048 images / 2 ranks / 256 per batch = 4 steps per epoch
 SMALL = [
@@ -66,6 +68,7 @@ def check_two_rank_run(run_dir: Path, steps: int) -> None:
     assert all(len(r["rank_step_time_s"]) == 2 for r in trains)
 
 
+@pytest.mark.slow
 def test_torchrun_module_form(tmp_path: Path) -> None:
     cmd = [
         sys.executable,
@@ -128,6 +131,7 @@ def wait_for_step(proc: subprocess.Popen) -> None:
     raise AssertionError("rank 0 never logged a step")
 
 
+@pytest.mark.slow
 def test_stop_on_rank_0_stops_both_at_the_same_step(tmp_path: Path) -> None:
     rank0, rank1 = start_ranks(tmp_path)
     wait_for_step(rank0)
@@ -141,6 +145,7 @@ def test_stop_on_rank_0_stops_both_at_the_same_step(tmp_path: Path) -> None:
     assert "stopped" in line1 and f"step {step0}" in line1
 
 
+@pytest.mark.slow
 def test_a_dead_rank_ends_the_job_within_the_timeout(tmp_path: Path) -> None:
     rank0, rank1 = start_ranks(tmp_path, "--set", "distributed.timeout_s=20")
     wait_for_step(rank0)
@@ -153,6 +158,7 @@ def test_a_dead_rank_ends_the_job_within_the_timeout(tmp_path: Path) -> None:
     assert "error:" in err
 
 
+@pytest.mark.slow
 def test_a_slow_rank_is_flagged_as_a_straggler(tmp_path: Path) -> None:
     """Rank 1's forward sleeps 0.1 s: its own work per step (data wait + forward) is far
     above the median, though lockstep makes both ranks' step times equal."""
@@ -172,6 +178,7 @@ def test_a_slow_rank_is_flagged_as_a_straggler(tmp_path: Path) -> None:
     assert flagged[0]["rank"] == 1 and flagged[0]["level"] == "warning"
 
 
+@pytest.mark.slow
 def test_nproc_flag_runs_ddp_and_resumes_bit_identically(tmp_path: Path) -> None:
     """`--nproc 2` without --no-ui: rank 0 decides on the UI, and without a terminal runs
     headless. Then a 2-rank resume from a checkpoint in the middle of an epoch and of a log
@@ -206,6 +213,7 @@ def test_nproc_flag_runs_ddp_and_resumes_bit_identically(tmp_path: Path) -> None
     assert not [r for r in records(resumed) if r.get("kind") == "resume_world_size"]
 
 
+@pytest.mark.slow
 def test_resuming_with_another_world_size_says_what_changes(tmp_path: Path) -> None:
     """Saved by one process, resumed by two: a warning event in the main log and the metrics
     says the global batch and the epoch length change, instead of a silent jump."""
@@ -250,6 +258,7 @@ def alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_nproc_launcher_exits_143_with_the_ranks_saved(tmp_path: Path) -> None:
     launcher = start_launcher(tmp_path)
     wait_for_step(launcher)
@@ -263,6 +272,7 @@ def test_sigterm_to_the_nproc_launcher_exits_143_with_the_ranks_saved(tmp_path: 
     assert list((tmp_path / "checkpoints").glob("ckpt-step*.pt"))  # saved on the way out
 
 
+@pytest.mark.slow
 def test_ranks_of_a_killed_launcher_stop_instead_of_training_on(tmp_path: Path) -> None:
     launcher = start_launcher(tmp_path)
     wait_for_step(launcher)

@@ -13,6 +13,7 @@ import pytest
 from tuitrain.metrics.sinks import JsonlSink
 
 
+@pytest.mark.slow
 def test_metrics_file_on_a_full_disk(small_disk: Path) -> None:
     filler = small_disk / "filler"
     with open(filler, "wb") as f:  # leave ~24 KB: the header and a few train records fit

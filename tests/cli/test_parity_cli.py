@@ -41,6 +41,7 @@ def one_json_object(stdout: str) -> dict:
     return json.loads(lines[0])
 
 
+@pytest.mark.slow
 def test_json_pass_exits_0_and_writes_the_run_dir(tmp_path: Path, capsys) -> None:
     run_dir = tmp_path / "run"
     code = main([*PASS_ARGS, "--json", "--early-steps", "3", "--run-dir", str(run_dir)])
@@ -69,6 +70,7 @@ def test_json_pass_exits_0_and_writes_the_run_dir(tmp_path: Path, capsys) -> Non
     assert "parity PASS" in err and "fp32 run: epoch 1" in err  # progress goes to stderr
 
 
+@pytest.mark.slow
 def test_a_real_fail_exits_3_with_a_readable_table(tmp_path: Path, capsys) -> None:
     argv = [*FRAGILE, *SMALL, "--set", "optim.warmup_steps=0", "--set", "optim.lr=1e-2"]
     argv += ["--epochs", "1", "--mixed", "fp16", "--early-steps", "0", "--run-dir", str(tmp_path)]
@@ -160,6 +162,7 @@ def parity_process(*args: str) -> subprocess.Popen:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_sigint_cancels_with_130_and_no_verdict(tmp_path: Path) -> None:
     proc = parity_process(
         "--epochs", "1", "--mixed", "bf16", "--json", "--early-steps", "0", "--run-dir",

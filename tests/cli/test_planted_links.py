@@ -37,6 +37,7 @@ def run(run_dir: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", REFUSED)
 def test_a_link_where_a_run_appends_is_refused(tmp_path: Path, name: str) -> None:
     victim = tmp_path / "victim.txt"
@@ -53,6 +54,7 @@ def test_a_link_where_a_run_appends_is_refused(tmp_path: Path, name: str) -> Non
     assert (run_dir / name).is_symlink()  # left for the user to look at
 
 
+@pytest.mark.slow
 def test_links_under_replaced_names_are_never_written_through(tmp_path: Path) -> None:
     run_dir = tmp_path / "shared" / "run"
     run_dir.mkdir(parents=True)

@@ -17,6 +17,7 @@ RUN = [sys.executable, "-m", "tuitrain", "--no-ui", "--set", "data.train_samples
        "--set", "data.val_samples=256", "--log-every", "1"]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_second_run_in_a_held_run_dir_is_refused(tmp_path: Path) -> None:
     first = subprocess.Popen(

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.cli.test_cli import ROOT, TINY, read_records
 from tests.pty_tools import hang_up_after_first_record
 
@@ -38,6 +40,7 @@ def wait_for_step(proc: subprocess.Popen, run_dir: Path) -> None:
     raise AssertionError("the run did not start")
 
 
+@pytest.mark.slow
 def test_sigterm_cuts_the_pace_sleep_short(tmp_path: Path) -> None:
     """train.pace_s sleeps between steps; a stop request must not wait it out (30 s here)."""
     proc = start(tmp_path, "--set", "train.pace_s=30")
@@ -54,6 +57,7 @@ def test_sigterm_cuts_the_pace_sleep_short(tmp_path: Path) -> None:
     assert end["type"] == "end" and end["status"] == "stopped"
 
 
+@pytest.mark.slow
 def test_second_ctrl_c_leaves_at_once_with_130(tmp_path: Path) -> None:
     """The first Ctrl-C stops at a step boundary; a second one leaves now: exit 130, no
     traceback, no 'looks like a bug', no temp checkpoint file, an end record that says so."""
@@ -72,6 +76,7 @@ def test_second_ctrl_c_leaves_at_once_with_130(tmp_path: Path) -> None:
     assert not list((tmp_path / "checkpoints").glob(".*tmp*"))
 
 
+@pytest.mark.slow
 def test_headless_run_whose_terminal_hangs_up_stops_with_129(tmp_path: Path) -> None:
     """`tuitrain --no-ui` in the foreground of an SSH session that drops: its console lines
     fail with EIO, then SIGHUP arrives. The run must stop cleanly (stop checkpoint, end

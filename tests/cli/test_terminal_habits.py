@@ -26,6 +26,7 @@ def test_help_has_a_line_for_every_option_and_lists_the_environment(capsys) -> N
         assert name in text, name
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_term_dumb_in_a_real_terminal_gets_line_logs(tmp_path: Path) -> None:
     socket, session = f"tuitrain-test-{os.getpid()}", "dumb"

@@ -59,6 +59,7 @@ def one_line_refusal(proc: Any, words: str) -> None:
     assert words in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_refused_resume_touches_nothing(saved_run: Path) -> None:
     """The model check used to run after the header: a resume with another model rewrote
     config.toml and appended a header, a failure and an end record to the completed run."""
@@ -69,6 +70,7 @@ def test_a_refused_resume_touches_nothing(saved_run: Path) -> None:
     assert snapshot(saved_run) == before
 
 
+@pytest.mark.slow
 def test_altered_contents_are_refused_before_anything_is_written(saved_run: Path) -> None:
     state = load_checkpoint(find_latest(saved_run))
     state["optimizer"] = {"state": {}, "param_groups": []}  # well-formed, wrong
@@ -252,6 +254,7 @@ def factory_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, P
     return code, run_dir, marker
 
 
+@pytest.mark.slow
 def test_a_checkpoint_cannot_make_resume_import_code(factory_run: tuple[Path, Path, Path]) -> None:
     """The factory a checkpoint's config names is imported and called on resume; it runs only
     when the user names it on the command line (or in the preset given with --preset)."""
@@ -272,6 +275,7 @@ def test_a_checkpoint_cannot_make_resume_import_code(factory_run: tuple[Path, Pa
     marker.unlink()
 
 
+@pytest.mark.slow
 def test_the_current_directory_is_not_on_the_import_path(
     factory_run: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:

@@ -170,6 +170,7 @@ def test_no_stall_while_paused() -> None:
     assert sink.records == []
 
 
+@pytest.mark.slow
 def test_a_diverging_run_reaches_the_on_alert_script(tmp_path: Path) -> None:
     """SGD at lr 10 diverges within a few steps: the alert (a loss spike, or the non-finite
     loss that stops the run) reaches the script as one JSON object."""

@@ -69,6 +69,7 @@ RECIPE = ["--set", "data.crop_padding=2", "--set", "data.hflip=true"]
 RECIPE += ["--set", "train.label_smoothing=0.1"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("precision", "recipe"), [("fp32", True), ("bf16", False), ("fp16", False)]
 )
@@ -113,6 +114,7 @@ def straight_small(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return straight
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_signal_saves_and_resume_continues_at_the_next_step(
     tmp_path: Path, straight_small: Path, sig: signal.Signals, code: int
@@ -155,6 +157,7 @@ def test_signal_saves_and_resume_continues_at_the_next_step(
     assert all(a[s] == b[s] for s in range(k + 1, 13))
 
 
+@pytest.mark.slow
 def test_pickle_payload_is_refused_without_running(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     script = textwrap.dedent(f"""
@@ -312,6 +315,7 @@ def test_keep_last_k(tiny_config, tmp_path: Path) -> None:
     assert {"optimizer", "scheduler", "rng", "config", "epoch_step", "versions"} <= set(state)
 
 
+@pytest.mark.slow
 def test_checkpoint_of_another_model_or_preset_is_refused(tiny_config, tmp_path: Path) -> None:
     run(tiny_config("train.max_steps=2"), NullSink(), run_dir=tmp_path)
     state = load_checkpoint(find_latest(tmp_path))
@@ -456,6 +460,7 @@ def test_retention_after_resuming_from_an_earlier_checkpoint(tmp_path: Path) -> 
     assert torch.equal(load_checkpoint(latest)["model"]["w"], torch.full((2,), 50.0))
 
 
+@pytest.mark.slow
 def test_resume_auto_names_a_corrupt_newest_checkpoint(tmp_path: Path) -> None:
     good = save_checkpoint(tmp_path, {"model": {"w": torch.ones(2)}, "step": 1}, keep=3)
     bad = save_checkpoint(tmp_path, {"model": {"w": torch.ones(2)}, "step": 2}, keep=3)

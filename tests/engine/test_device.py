@@ -52,6 +52,7 @@ def test_more_ranks_than_gpus_is_refused(two_gpus: None) -> None:
         resolve_device("auto", local_rank=2)  # torchrun by hand, 3 local ranks
 
 
+@pytest.mark.slow
 def test_nproc_beyond_the_gpus_exits_2_before_any_rank_starts(tmp_path: Path) -> None:
     """The real command line, on a machine whose torch sees no GPU: --device cuda names why."""
     if torch.cuda.is_available():

@@ -152,6 +152,7 @@ def test_a_measured_peak_gives_an_mfu(tiny_config) -> None:  # noqa: ANN001
         assert "MFU" in format_train_line(rec)
 
 
+@pytest.mark.slow
 def test_ddp_sums_the_ranks_flop_rates(tmp_path) -> None:  # noqa: ANN001
     """Two gloo ranks: `tflops` is the job's (both ranks' samples), like samples/s; no MFU on
     a CPU; the log point's sync counted once per rank, the all-gather's in the next record."""

@@ -115,6 +115,7 @@ def test_a_run_is_bit_identical_when_repeated(tiny_config, precision: str) -> No
 # --------------------------------------------------------------------------- PASS
 
 
+@pytest.mark.slow
 def test_bf16_passes_against_fp32_on_the_mini_subset(tmp_path: Path) -> None:
     stores, records = ParityStores(), ListSink()
     result = parity(
@@ -177,6 +178,7 @@ def check_stores(stores: ParityStores, result: ParityResult) -> None:
 # --------------------------------------------------------------------------- FAIL, ERROR
 
 
+@pytest.mark.slow
 def test_a_fragile_layer_really_fails_under_fp16(tmp_path: Path) -> None:
     records = ListSink()
     result = parity(mini(*FRAGILE_SETUP), epochs=1, mixed="fp16", sink=records, run_dir=tmp_path,

@@ -81,6 +81,7 @@ class ListSink(StoreSink):
         return [r for r in self.records if r["type"] == kind]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_runs_in_each_precision(tiny_config, precision: str) -> None:
     steps = 8 if precision == "fp32" else 4  # autocast is emulated (slow) on most CPUs
@@ -341,6 +342,7 @@ def test_compile_reports_its_time_outside_throughput(tiny_config) -> None:
     assert all(1 / s < done[0]["seconds"] for s in steps_per_s)
 
 
+@pytest.mark.slow
 def test_engine_and_metrics_import_without_textual() -> None:
     import subprocess
     import sys

@@ -21,6 +21,7 @@ def train(step: int, **fields: object) -> dict[str, object]:
     return {"type": "train", "step": step, **fields}
 
 
+@pytest.mark.slow
 def test_million_pushes_stay_bounded_and_cover_the_run() -> None:
     store = MetricStore()
     rec = {"type": "train", "step": 0, "loss": 0.0, "lr": 1e-3, "grad_scale": None}

@@ -113,6 +113,7 @@ async def test_resize_switches_layout() -> None:
         assert app.footer.compact and not app.footer.show_command_palette
 
 
+@pytest.mark.slow
 async def test_checkpoint_and_profile_keys(
     ui_overrides: Callable[..., list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -165,6 +166,7 @@ async def test_memory_key_on_cpu_says_why_it_does_nothing(
         await wait_for(pilot, lambda: not app.is_running, what="the exit")
 
 
+@pytest.mark.slow
 async def test_a_profile_the_run_never_started_is_said(
     ui_overrides: Callable[..., list[str]],
 ) -> None:

@@ -45,6 +45,7 @@ def end_record(run_dir: Path) -> dict:
     return json.loads(lines[-1])
 
 
+@pytest.mark.slow
 async def test_panels_show_values(ui_overrides: Callable[..., list[str]]) -> None:
     app = make_app(ui_overrides(epochs=2))
     async with app.run_test(size=(120, 36)) as pilot:
@@ -71,6 +72,7 @@ async def test_panels_show_values(ui_overrides: Callable[..., list[str]]) -> Non
     assert app.return_value == 0
 
 
+@pytest.mark.slow
 async def test_space_pauses_and_resumes(ui_overrides: Callable[..., list[str]]) -> None:
     app = make_app(ui_overrides(epochs=40))
     async with app.run_test(size=(120, 36)) as pilot:
@@ -121,6 +123,7 @@ async def test_second_q_forces_exit(ui_overrides: Callable[..., list[str]]) -> N
     assert host.join(10), "the engine thread ends after a forced quit"
 
 
+@pytest.mark.slow
 async def test_preset_switch_restarts(
     ui_overrides: Callable[..., list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

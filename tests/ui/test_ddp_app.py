@@ -88,6 +88,7 @@ def throughput_text(app: TuitrainApp) -> str:
     return text_of(app.query_one("#throughput").query_one(".summary", Static))
 
 
+@pytest.mark.slow
 async def test_rank0_ui_switches_and_stops_both_ranks(
     two_ranks: dict[str, str], tmp_path: Path
 ) -> None:
@@ -145,6 +146,7 @@ async def test_rank0_ui_switches_and_stops_both_ranks(
     assert f"step {second_end['step']} " in end_of(second.run_dir / "rank-1.log") + " "
 
 
+@pytest.mark.slow
 async def test_after_the_ddp_run_ends_a_switch_explains(
     two_ranks: dict[str, str], tmp_path: Path
 ) -> None:

@@ -38,6 +38,7 @@ def latest_step(app: TuitrainApp) -> int:
     return int((app.store.snapshot().latest or {}).get("step") or 0)
 
 
+@pytest.mark.slow
 async def test_pushed_screen_shows_table_and_verdict(tmp_path: Path) -> None:
     cfg = load_preset("fashion-mini", TINY_PARITY)
     app = TuitrainApp(store=MetricStore())
@@ -75,6 +76,7 @@ async def test_pushed_screen_shows_table_and_verdict(tmp_path: Path) -> None:
     assert not parity_threads()
 
 
+@pytest.mark.slow
 async def test_c_pauses_the_run_shows_a_verdict_and_resumes(
     ui_overrides: Callable[..., list[str]],
 ) -> None:
@@ -107,6 +109,7 @@ async def test_c_pauses_the_run_shows_a_verdict_and_resumes(
     assert host.join(10) and not parity_threads()
 
 
+@pytest.mark.slow
 async def test_escape_cancels_the_check() -> None:
     cfg = load_preset("fashion-mini", [*TINY_PARITY, "train.pace_s=0.3"])
     app = TuitrainApp(store=MetricStore())

@@ -75,6 +75,7 @@ def test_writer_gone_follows_the_lock(tmp_path: Path) -> None:
     assert writer_gone(tmp_path)
 
 
+@pytest.mark.slow
 async def test_watch_shows_a_killed_run_as_crashed_and_a_resumed_one_as_running(
     tmp_path: Path,
 ) -> None:

@@ -51,6 +51,7 @@ async def test_the_app_draws_through_the_hangup_safe_driver(
     assert app.get_driver_class() is HangupSafeDriver
 
 
+@pytest.mark.slow
 def test_hangup_stops_the_run_and_exits_129(
     tmp_path: Path, ui_overrides: Callable[..., list[str]]
 ) -> None:

@@ -59,6 +59,7 @@ def test_the_monitor_line_includes_the_ui_share_when_live() -> None:
     assert monitor_text({}, None) == ""
 
 
+@pytest.mark.slow
 async def test_a_live_run_shows_its_flop_rate_and_the_ui_threads_share(
     ui_overrides: Callable[..., list[str]],
 ) -> None:

@@ -182,6 +182,7 @@ def test_a_stop_signal_ends_a_served_viewer_with_its_code(
     assert {"type": "exit"} in viewer.meta()  # it ended as an app ends, not killed
 
 
+@pytest.mark.slow
 def test_sigterm_ends_a_served_viewer_whose_output_is_never_read(tmp_path: Path, served) -> None:
     """A server that is there but stops reading (shutting down, stopped): the viewer's next
     write blocks on the full pipe, and its event loop with it. SIGTERM was retried around

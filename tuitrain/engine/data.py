@@ -61,6 +61,7 @@ class DataBundle:
     num_classes: int
     input_shape: tuple[int, ...]  # (C, H, W) for images
     description: str  # one line for the UI and the run log
+    vocabulary: Any = None  # text data: the characters <-> ids map (engine/charlm.py)
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class SourceContext:
     rank: int
     world_size: int
     channels_last: bool
+    classify: bool = True  # batches are (x, class index); else whatever the dataset yields
 
     def batch_size(self, train: bool) -> int:
         return self.cfg.batch_size if train else self.cfg.eval_batch_size
@@ -290,7 +292,7 @@ def __getattr__(name: str) -> Any:
 
 def build_data(
     cfg: DataConfig, device: torch.device, seed: int, rank: int = 0, world_size: int = 1,
-    channels_last: bool = False, *, log: Log | None = None,
+    channels_last: bool = False, *, log: Log | None = None, classify: bool = True,
 ) -> DataBundle:  # fmt: skip
     """Train and val batch sources for `cfg.name`, sharded for `rank` of `world_size`.
 
@@ -299,16 +301,20 @@ def build_data(
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside [0, {world_size})")
-    ctx = SourceContext(cfg, torch.device(device), seed, rank, world_size, channels_last)
+    ctx = SourceContext(cfg, torch.device(device), seed, rank, world_size, channels_last, classify)
     if cfg.name == "synthetic":
         return _synthetic_bundle(ctx)
     if cfg.name in ("fashion_mnist", "fashion_mini"):
         return _fashion_bundle(ctx, log)
+    if cfg.name == "shakespeare":
+        from tuitrain.engine.charlm import text_bundle  # it imports this module
+
+        return text_bundle(ctx)
     if ":" in cfg.name:
         from tuitrain.engine.loader import user_bundle  # it imports this module
 
         return user_bundle(ctx)
     raise UserError(
-        f"data.name = {cfg.name!r} is unknown; use fashion_mnist, fashion_mini, synthetic"
-        " or a factory 'package.module:function'."
+        f"data.name = {cfg.name!r} is unknown; use fashion_mnist, fashion_mini, synthetic,"
+        " shakespeare or a factory 'package.module:function'."
     )

@@ -13,12 +13,12 @@ import json
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tuitrain.engine.control import Control
 from tuitrain.errors import EXIT_FAILED
-from tuitrain.metrics.alerts import Alert, AlertRules
+from tuitrain.metrics.alerts import Alert, AlertRules, nonfinite_metric
 from tuitrain.metrics.records import data_wait_verdict, event_record
 from tuitrain.metrics.sinks import Sink
 
@@ -54,7 +54,7 @@ class Diagnostics:
         self.advised = False  # the precision advice is given once per run
         self._lock = threading.Lock()  # the stall watch raises alerts from its own thread
 
-    def check(self, record: Mapping[str, Any], step: int) -> None:
+    def check(self, record: Mapping[str, Any], step: int, nonfinite: Sequence[str] = ()) -> None:
         verdict, hint = data_wait_verdict(record["data_wait_frac"], self.data, self.device)
         if verdict != "ok" and step // self.log_every in (1, 2):  # a notice at the start
             pct = 100 * record["data_wait_frac"]
@@ -66,7 +66,7 @@ class Diagnostics:
                     kind=kind,
                 )
             )
-        for alert in self.rules.judge(record):
+        for alert in self.rules.judge(record, nonfinite):
             self.raise_alert(alert, step)
         self.advise(record, step)
 
@@ -161,6 +161,14 @@ class Diagnostics:
                         kind="alert_hook",
                     )
                 )
+
+    def alert_nonfinite_metrics(self, names: list[str], step: int) -> None:
+        """Validation metrics that came out NaN or Inf: the nonfinite_metric alert."""
+        action = self.rules.action("nonfinite_metric")
+        if action == "off":
+            return
+        message, figures = nonfinite_metric(names, step)
+        self.raise_alert(Alert("nonfinite_metric", action, message, figures), step)
 
     def alert_nonfinite(self, step: int) -> None:
         """The loss became NaN or Inf: the run stops (a TrainingError follows), as it always

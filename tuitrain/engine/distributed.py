@@ -78,13 +78,25 @@ def agree_commands(control: Control, info: DistInfo, device: torch.device) -> di
     return {"stop": stop, "pause": pause, "checkpoint": checkpoint, "profile": profile}
 
 
-def gather_metrics(record: dict[str, Any], info: DistInfo, device: torch.device) -> None:
+def gather_metrics(
+    record: dict[str, Any],
+    info: DistInfo,
+    device: torch.device,
+    metric_names: tuple[str, ...] = (),
+) -> None:
     """One all-gather: global samples/s (sum), mean loss, largest memory, each rank's step
     time and own work per step (data wait + forward, `rank_busy_s`: the straggler measure)."""
     if info.world_size == 1:
         record["rank_step_time_s"] = [record["step_time_s"]]
         return
-    fields = list(RANK_MERGE)  # what each field becomes: RANK_MERGE in metrics/records.py
+    # what each field becomes: RANK_MERGE in metrics/records.py; the task's own train metrics
+    # are means over ranks, tokens/s a sum
+    merge = dict(RANK_MERGE)
+    for key in metric_names:
+        merge[key] = "mean"
+    if "tokens_per_s" in record:
+        merge["tokens_per_s"] = "sum"
+    fields = list(merge)
     record.setdefault("busy_s", None)
     values = [record[f] for f in fields]
     local = torch.tensor([float("nan") if v is None else float(v) for v in values], device=device)
@@ -92,7 +104,7 @@ def gather_metrics(record: dict[str, Any], info: DistInfo, device: torch.device)
     dist.all_gather(gathered, local)  # sync point: one collective per log interval
     rows = torch.stack(gathered).cpu()
     col = {f: rows[:, i] for i, f in enumerate(fields)}
-    for key, how in RANK_MERGE.items():
+    for key, how in merge.items():
         if how == "sum" and record[key] is not None:
             record[key] = float(col[key].sum())
         elif how == "mean" and record[key] is not None:

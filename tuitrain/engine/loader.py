@@ -21,7 +21,6 @@ from tuitrain.config import DataConfig
 from tuitrain.engine.augment import Augment
 from tuitrain.engine.data import (
     SPLITS,
-    Batch,
     DataBundle,
     SourceContext,
     aug_text,
@@ -34,6 +33,7 @@ from tuitrain.engine.data import (
     train_batch_count,
 )
 from tuitrain.engine.factory import blame_user, error_line, is_memory_error, load_factory
+from tuitrain.engine.task import to_device
 from tuitrain.errors import UserError
 
 
@@ -126,9 +126,12 @@ class LoaderSource:
         order = self._sampler.full_order(epoch)
         return torch.tensor(order[: self._batches * self._bs], dtype=torch.int64)
 
-    def batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
+    def batches(self, epoch: int, start: int = 0) -> Iterator[Any]:
         self._sampler.set_epoch(epoch, start * self._bs)
         device = self._ctx.device
+        if not self._ctx.classify:  # a task's own batches: any structure, moved as it is
+            yield from (to_device(batch, device) for batch in self._loaded())
+            return
         draws = self.augment.draws(epoch, self.num_samples, device) if self.augment else None
         at = start * self._bs
         for x, y in self._loaded():
@@ -140,12 +143,18 @@ class LoaderSource:
             y = y.reshape(len(y)).to(device, non_blocking=True).long()
             yield self._as_float(x), y
 
-    def _loaded(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _loaded(self) -> Iterator[Any]:
         """The loader's (x, y) batches on the CPU; what the dataset's items or the collation of
         them raise (in this process or a worker's) is one sentence naming the dataset."""
         batches = None
 
         def sentence(error: str) -> str:
+            if not self._ctx.classify:
+                return (
+                    f"loading a batch of the '{self._split}' split of {self._name} failed"
+                    f" ({error}); fix the dataset: its items must collate into batches"
+                    " (tensors of one shape, numbers, or tuples and dicts of them)."
+                )
             return (
                 f"loading a batch of the '{self._split}' split of {self._name} failed ({error});"
                 " fix the dataset: every item an (x, y) pair, x a Tensor of one shape, y an"
@@ -162,10 +171,11 @@ class LoaderSource:
                     item = next(batches, None)
                     if item is None:
                         return
-                    x, y = item
-                    if not isinstance(x, torch.Tensor):
-                        raise TypeError(f"x collates to a {type(x).__name__}, not a Tensor")
-                    y = torch.as_tensor(y)
+                    if self._ctx.classify:  # else the task reads its batches as they are
+                        x, y = item
+                        if not isinstance(x, torch.Tensor):
+                            raise TypeError(f"x collates to a {type(x).__name__}, not a Tensor")
+                        item = (x, torch.as_tensor(y))
             except BaseException:
                 # a failed batch: end the loader's workers now (left to the garbage collector,
                 # their shutdown held the process ~10 s after the error was reported)
@@ -174,7 +184,7 @@ class LoaderSource:
                     with contextlib.suppress(Exception):
                         shutdown()
                 raise
-            yield x, y
+            yield item
 
     def _as_float(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.uint8:
@@ -270,6 +280,15 @@ def user_bundle(ctx: SourceContext) -> DataBundle:
     """Train and val from a user factory `package.module:function(split=...)`."""
     cfg = ctx.cfg
     datasets = {split: _user_dataset(cfg, split) for split in SPLITS}
+    if not ctx.classify:  # a task's own items: the task and its dry step judge them
+        sources = {
+            split: LoaderSource(ds, ctx, train=split == "train", mean=0.0, std=1.0, name=cfg.name)
+            for split, ds in datasets.items()
+        }
+        return DataBundle(
+            sources["train"], sources["val"], cfg.num_classes, (),
+            f"{cfg.name} ({counts_text(sources)})",
+        )  # fmt: skip
     shapes = {split: _input_shape(ds, cfg.name, split) for split, ds in datasets.items()}
     if shapes["train"] != shapes["val"]:
         raise UserError(

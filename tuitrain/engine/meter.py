@@ -36,8 +36,12 @@ class IntervalMeter:
         world_size: int = 1,
         flops_per_sample: float | None = None,
         peak_tflops: float | None = None,
+        metric_names: tuple[str, ...] = (),
+        count_tokens: bool = False,
     ) -> None:
         self.device = device
+        self.metric_names = metric_names  # the task's own train metrics, summed on the device
+        self.count_tokens = count_tokens
         self.flops_per_sample = flops_per_sample
         self.peak_tflops = peak_tflops
         self.host_syncs = 0  # since the last record
@@ -54,6 +58,10 @@ class IntervalMeter:
     def restart(self) -> None:
         """Begin a new log interval: a fresh loss window and a fresh clock."""
         self._loss_sum = torch.zeros((), device=self.device, dtype=torch.float32)
+        self._metric_sums = {
+            name: torch.zeros((), device=self.device, dtype=torch.float32)
+            for name in self.metric_names
+        }
         self._micro_batches = 0
         self.grad_norm: torch.Tensor | None = None
         self.interval_steps = 0  # optimizer steps since the last record (clock restarts or not)
@@ -63,6 +71,7 @@ class IntervalMeter:
         """Restart the throughput clock only (after compile, eval or a pause): that time is
         not training, but the losses of the interval still count."""
         self.samples = 0
+        self.tokens = 0
         self.steps = 0
         self.data_wait_s = 0.0
         if self.forward_clock is not None:
@@ -72,6 +81,7 @@ class IntervalMeter:
     def state_dict(self) -> dict[str, Any]:
         """The open interval's loss window and the skip counter (for exact resume)."""
         return {
+            "metric_sums": {k: v.detach().cpu().clone() for k, v in self._metric_sums.items()},
             "loss_sum": self._loss_sum.detach().cpu().clone(),
             "micro_batches": self._micro_batches,
             "skipped": self._skipped_dev.detach().cpu().clone(),
@@ -79,14 +89,27 @@ class IntervalMeter:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._loss_sum = state["loss_sum"].to(self.device)
+        for name, value in dict(state.get("metric_sums") or {}).items():
+            if name in self._metric_sums:
+                self._metric_sums[name] = value.to(self.device, torch.float32)
         self._micro_batches = int(state["micro_batches"])
         self._skipped_dev = state["skipped"].to(self.device)
         self.skipped_steps = int(self._skipped_dev.item())
 
-    def add_micro(self, loss: torch.Tensor, batch_size: int) -> None:
+    def add_micro(
+        self,
+        loss: torch.Tensor,
+        batch_size: int,
+        metrics: dict[str, torch.Tensor] | None = None,
+        tokens: int = 0,
+    ) -> None:
         self._loss_sum += loss.detach().float()  # device add: no sync
+        for name, value in (metrics or {}).items():
+            if name in self._metric_sums:  # a metric the dry step did not see is not recorded
+                self._metric_sums[name] += value.to(self.device, torch.float32)
         self._micro_batches += 1
         self.samples += batch_size
+        self.tokens += tokens
 
     def note_scale_before_step(self) -> torch.Tensor | None:
         scale = self.precision.scale_tensor()
@@ -134,6 +157,11 @@ class IntervalMeter:
             grad_norm=grad_norm,
             monitor=monitor,
         )
+        if self.count_tokens:
+            record["tokens_per_s"] = self.tokens / wall  # this rank's; DDP sums across ranks
+        micro = max(self._micro_batches, 1)
+        for name, total in self._metric_sums.items():  # already synced: host copies only
+            record[name] = float(total.item()) / micro
         if self.forward_clock is not None:  # this rank's own work per step, read after the sync
             record["busy_s"] = (self.data_wait_s + self.forward_clock.read()) / max(self.steps, 1)
         self.last_loss = loss

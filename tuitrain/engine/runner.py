@@ -12,7 +12,7 @@ import platform
 import re
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,8 +46,12 @@ class RunResult:
     error: BaseException | None = None
     traceback: str = ""
     is_bug: bool = False  # an unexpected exception: show the traceback, not just the sentence
-    # per val image (val order) of the last evaluation: right or not (a bool tensor), or None
+    # per val item (val order) of the last evaluation: classify, right or not (a bool
+    # tensor); other tasks, the primary metric per item (floats); None when not per item
     val_correct: torch.Tensor | None = None
+    # the last evaluation's metrics (val_loss, val_acc, val_<name>) and the task's declaration
+    val_metrics: dict[str, float | None] = field(default_factory=dict)
+    task_info: dict[str, Any] = field(default_factory=dict)
 
 
 def header_record(
@@ -86,6 +90,8 @@ def header_record(
         "flops_per_sample": parts.flops_per_sample,
         "peak_tflops": parts.peak.tflops,
         "peak_source": parts.peak.source,
+        # what is trained: the primary metric, its mode, every metric's goal and format
+        "task": parts.task_info,
     }
 
 
@@ -191,6 +197,8 @@ def run(
         trainer.val_loss,
         mean(trainer.throughputs),
         val_correct=trainer.val_correct,
+        val_metrics=dict(trainer.val_metrics),
+        task_info=trainer.parts.task_info,
     )
     with control.critical():  # a second signal lets the end record be written, whole
         end = run_end_record(result, trainer, started)
@@ -348,6 +356,11 @@ def run_end_record(result: RunResult, trainer: Trainer | None, started: float) -
         mean_samples_per_s=result.samples_per_s,
         val_acc=result.val_acc,
         val_loss=result.val_loss,
+        **{
+            k: v
+            for k, v in getattr(trainer, "val_metrics", {}).items()
+            if k not in ("val_acc", "val_loss")
+        },
     )
 
 

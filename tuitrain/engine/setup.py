@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypedDict, cast
 
 import numpy as np
@@ -25,6 +25,15 @@ from tuitrain.engine.flops import (
 )
 from tuitrain.engine.models import build_model
 from tuitrain.engine.precision import Precision, make_precision
+from tuitrain.engine.task import (
+    ClassifyTask,
+    batch_size_of,
+    build_task,
+    declarations,
+    split_training_output,
+    task_label,
+    validation_values,
+)
 from tuitrain.errors import UserError
 
 
@@ -54,6 +63,10 @@ class RunParts:
     compiled: bool
     steps_per_epoch: int
     total_steps: int
+    task: Any = None  # what is trained: the loss and the metrics (engine/task.py)
+    # the header's task declaration: primary metric, mode, every metric's goal and format
+    task_info: dict[str, Any] = field(default_factory=dict)
+    train_metrics: tuple[str, ...] = ()  # the task's own train metrics, in record order
     ddp: nn.Module | None = None  # the DistributedDataParallel wrapper, for no_sync()
     flops_per_sample: float | None = None  # forward + backward, counted once (engine/flops.py)
     peak: Peak = Peak(None, "not looked up")  # what MFU divides by
@@ -154,17 +167,26 @@ def build_parts(cfg: Config, dist: DistInfo) -> RunParts:
     precision = make_precision(cfg.train.precision, device)
     seed_everything(cfg.train.seed)
     data = build_data(
-        cfg.data, device, cfg.train.seed, dist.rank, dist.world_size, cfg.model.channels_last
-    )
+        cfg.data, device, cfg.train.seed, dist.rank, dist.world_size, cfg.model.channels_last,
+        classify=cfg.task.name == "classify",
+    )  # fmt: skip
     check_grad_accum(cfg, len(data.train))
-    model = build_model(cfg.model.name, data.num_classes, cfg.model.dropout, data.input_shape)
+    task = build_task(cfg, task_offers(cfg, data))
+    model = build_model(
+        cfg.model.name, data.num_classes, cfg.model.dropout, data.input_shape, cfg.model
+    )
     model = model.to(device)
     if cfg.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    dry_forward(model, cfg, data, device, precision)
-    flops = count_flops_per_sample(
-        model, data.input_shape, data.num_classes, device, cfg.model.channels_last
-    )
+    if isinstance(task, ClassifyTask):
+        dry_forward(model, cfg, data, device, precision)
+        train_metrics: tuple[str, ...] = ()
+        val_metrics = ["loss", "acc"]
+        flops = count_flops_per_sample(
+            model, data.input_shape, data.num_classes, device, cfg.model.channels_last
+        )
+    else:
+        train_metrics, val_metrics, flops = dry_step(task, model, cfg, data, device, precision)
     train_model, ddp = wrap_model(model, cfg, device, dist)
     optimizer = make_optimizer(list(model.parameters()), cfg.optim)
     steps_per_epoch = max(len(data.train) // cfg.optim.grad_accum, 1)
@@ -182,6 +204,9 @@ def build_parts(cfg: Config, dist: DistInfo) -> RunParts:
         compiled=want_compile(cfg, device),
         steps_per_epoch=steps_per_epoch,
         total_steps=total,
+        task=task,
+        task_info=declarations(task, list(train_metrics), val_metrics, cfg.task.name),
+        train_metrics=train_metrics,
         ddp=ddp,
         flops_per_sample=flops,
         peak=run_peak(cfg, device, precision.name),
@@ -250,6 +275,89 @@ def dry_forward(
             f" {shape}; it must return float logits of shape {wanted}, one per class"
             f" (data.num_classes = {data.num_classes})."
         )
+
+
+def task_offers(cfg: Config, data: DataBundle) -> dict[str, Any]:
+    """The keyword arguments a task factory may take (it gets those it accepts)."""
+    return {
+        "num_classes": data.num_classes,
+        "label_smoothing": cfg.train.label_smoothing,
+        "seed": cfg.train.seed,
+        "vocabulary": data.vocabulary,
+    }
+
+
+def dry_step(
+    task: Any,
+    model: nn.Module,
+    cfg: Config,
+    data: DataBundle,
+    device: torch.device,
+    precision: Precision,
+) -> tuple[tuple[str, ...], list[str], float | None]:
+    """The task's training_step and validation_step once on the first validation batch, in
+    eval mode (no dropout draws, batch-norm statistics untouched) with the RNGs put back:
+    a task, model or batch that do not fit fail here in one sentence, before the header;
+    what they return names the run's metrics. The training step runs under FlopCounterMode
+    (with its backward): the FLOPs per sample that MFU divides. Returns (train metric names,
+    val metric names, FLOPs per sample or None)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    label = task_label(cfg)
+    cuda = [device] if device.type == "cuda" else []
+    batch = next(iter(data.val.batches(0)), None)
+    if batch is None:
+        raise UserError(f"{label}: the validation split gives no batch; give it some samples.")
+    n = batch_size_of(task, batch, label)
+    grads = {p: p.grad for p in model.parameters()}
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    flops: float | None = None
+    try:
+        with (
+            blame_user(
+                lambda error: (
+                    f"{label}: training_step on the first validation batch raised {error};"
+                    " make the task, the model and the data fit each other."
+                )
+            ),
+            torch.random.fork_rng(devices=cuda),
+        ):
+            model.eval()
+            counter = FlopCounterMode(display=False)
+            with counter:
+                with precision.autocast():
+                    out = task.training_step(model, batch)
+                loss, metrics = split_training_output(out, label)
+                if loss.requires_grad:
+                    loss.backward()
+            total = counter.get_total_flops()
+            flops = total / n if total > 0 else None
+        val_metrics = ["loss"]
+        if callable(getattr(task, "validation_step", None)):
+            with (
+                blame_user(
+                    lambda error: f"{label}: validation_step on the first batch raised {error}."
+                ),
+                torch.random.fork_rng(devices=cuda),
+                torch.inference_mode(),
+                precision.autocast(),
+            ):
+                val_metrics = list(validation_values(task.validation_step(model, batch), n, label))
+    finally:
+        model.train()
+        for p, g in grads.items():
+            p.grad = g
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                if name in buffers:
+                    b.copy_(buffers[name])
+    primary = getattr(task, "primary", "loss")
+    if primary not in val_metrics:
+        raise UserError(
+            f"{label}: its primary metric {primary!r:.40} is not among the validation metrics"
+            f" ({', '.join(val_metrics)}); set the task's primary to one of them."
+        )
+    return tuple(metrics), val_metrics, flops
 
 
 def wrap_model(

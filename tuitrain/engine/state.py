@@ -56,6 +56,9 @@ def capture(trainer: Trainer) -> dict[str, Any]:
         "samples": trainer.samples,
         "val_acc": trainer.val_acc,
         "val_loss": trainer.val_loss,
+        "val_metrics": dict(trainer.val_metrics),
+        "best": trainer.best,  # the primary metric's best so far, and evaluations since
+        "evals_since_best": trainer.evals_since_best,
         "model": p.model.state_dict(),  # the plain module, never the compiled/DDP wrapper
         "optimizer": p.optimizer.state_dict(),
         "scheduler": p.scheduler.state_dict(),
@@ -134,8 +137,12 @@ def _try_restore(cfg: Config, state: dict[str, Any], where: str) -> None:
     from tuitrain.engine.models import build_model
     from tuitrain.engine.setup import make_optimizer, make_schedule
 
-    data = build_data(cfg.data, torch.device("cpu"), cfg.train.seed)
-    model = build_model(cfg.model.name, data.num_classes, cfg.model.dropout, data.input_shape)
+    data = build_data(
+        cfg.data, torch.device("cpu"), cfg.train.seed, classify=cfg.task.name == "classify"
+    )
+    model = build_model(
+        cfg.model.name, data.num_classes, cfg.model.dropout, data.input_shape, cfg.model
+    )
     try:
         check_compatible(state, model, cfg.name)
     except CheckpointError as exc:  # "checkpoint …" -> "checkpoint PATH …"
@@ -242,6 +249,15 @@ def restore(trainer: Trainer, state: dict[str, Any]) -> str | None:
     trainer.samples = int(state["samples"])
     trainer.val_acc = state.get("val_acc")
     trainer.val_loss = state.get("val_loss")
+    metrics = state.get("val_metrics")
+    if isinstance(metrics, dict):
+        trainer.val_metrics = {
+            k: v for k, v in metrics.items() if isinstance(k, str) and _is_number(v)
+        }
+    best: Any = state.get("best")
+    trainer.best = float(best) if _is_number(best) and math.isfinite(best) else None
+    since = state.get("evals_since_best")
+    trainer.evals_since_best = since if isinstance(since, int) and since >= 0 else 0
     trainer.meter.load_state_dict(state["meter"])
     trainer.last_saved_step = trainer.step
     rank = trainer.dist.rank

@@ -28,12 +28,21 @@ from tuitrain.engine.precision import bf16_supported
 from tuitrain.engine.profiling import StepProfiler
 from tuitrain.engine.ranktime import ForwardClock
 from tuitrain.engine.setup import DistInfo, RunParts
+from tuitrain.engine.task import (
+    batch_size_of,
+    eval_key,
+    split_training_output,
+    task_label,
+    validation_values,
+)
 from tuitrain.errors import TrainingError
 from tuitrain.metrics.records import event_record
 from tuitrain.metrics.sinks import Sink
 
 # The GradScaler skips optimizer.step() on overflow; the schedule still advances (on purpose:
 # the step counter is the schedule's clock), which torch reports as a misuse. It is not.
+PLATEAU_EVALS = 3  # evaluations without a better primary metric that make a plateau
+
 warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
 
 
@@ -51,13 +60,17 @@ class Trainer:
     ) -> None:
         self.cfg, self.parts, self.sink, self.control = cfg, parts, sink, control
         self.dist, self.run_dir = dist, run_dir
-        self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.train.label_smoothing)
+        self.task = parts.task
+        self.label = task_label(cfg)
+        self.count_tokens = callable(getattr(self.task, "tokens", None))
         self.meter = IntervalMeter(
             parts.device,
             parts.precision,
             dist.world_size,
             flops_per_sample=parts.flops_per_sample,
             peak_tflops=parts.peak.tflops,
+            metric_names=parts.train_metrics,
+            count_tokens=self.count_tokens,
         )
         # DDP: each rank's own forward time shows a straggler. Hooks on the inner module,
         # except under compile (they would break the graph): there the step times the call.
@@ -81,9 +94,18 @@ class Trainer:
         self.stop_wanted = self.pause_wanted = self.checkpoint_wanted = False
         self.samples = 0
         self.val_acc: float | None = None
+        self.val_metrics: dict[str, float | None] = {}  # the last eval record's metrics
+        info = parts.task_info or {}
+        self.primary: str | None = info.get("primary")  # e.g. val_acc, val_loss
+        self.mode: str = info.get("mode", "min")
+        self.best: float | None = None  # the primary metric's best so far
+        self.evals_since_best = 0
+        self.plateau_advised = False
         self.checkpoint_failure: str | None = None  # why the last failed checkpoint failed
         self.val_loss: float | None = None
-        # per val image, in the val order: did the last evaluation get it right? (device bools)
+        # per val item, in the val order, of the last evaluation: classify, right or not
+        # (device bools); other tasks, the primary metric's value per item (device floats,
+        # None when the task gives batch means only). Parity pairs two runs' items with it.
         self.val_correct: torch.Tensor | None = None
         self.throughputs: list[float] = []
         settings = cfg.to_dict()
@@ -114,18 +136,19 @@ class Trainer:
         accum = self.cfg.optim.grad_accum
         for micro in range(accum):
             t0 = time.perf_counter()
-            x, y = next(batches)  # the time blocked here is the data wait
+            batch = next(batches)  # the time blocked here is the data wait
             self.meter.data_wait_s += time.perf_counter() - t0
             # DDP: all-reduce the gradients only on the micro-batch that steps
             no_sync = p.ddp is not None and micro < accum - 1
             with cast(Any, p.ddp).no_sync() if no_sync else contextlib.nullcontext():
                 with p.precision.autocast(), self.timed_forward():
-                    logits = model(x)
-                    loss = self.criterion(logits, y)
+                    out = self.task.training_step(model, batch)
+                loss, metrics = split_training_output(out, self.label)
                 if self.check_every_step and not torch.isfinite(loss):
                     raise self.nonfinite_loss(loss)
                 p.precision.scale(loss / accum).backward()
-            self.meter.add_micro(loss, x.shape[0])
+            tokens = int(self.task.tokens(batch)) if self.count_tokens else 0
+            self.meter.add_micro(loss, batch_size_of(self.task, batch, self.label), metrics, tokens)
         if need_grad_norm or self.cfg.optim.grad_clip > 0:
             p.precision.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             max_norm = self.cfg.optim.grad_clip or math.inf
@@ -240,7 +263,7 @@ class Trainer:
         if self.dist.world_size > 1:  # every rank gets the same mean loss, so the same verdict
             from tuitrain.engine.distributed import gather_metrics
 
-            gather_metrics(record, self.dist, self.parts.device)
+            gather_metrics(record, self.dist, self.parts.device, self.parts.train_metrics)
             self.meter.note_sync()  # the all-gather's result read on the host
         if record["loss"] is None or not math.isfinite(record["loss"]):
             self.diagnostics.alert_nonfinite(self.step)
@@ -249,9 +272,14 @@ class Trainer:
                 hint="lower optim.lr, set optim.grad_clip (e.g. 1.0), or use --precision bf16/fp32",
                 step=self.step,
             )
+        nonfinite = []
+        for name in self.parts.train_metrics:  # a task's NaN metric: null, and an alert
+            if not math.isfinite(record[name]):
+                nonfinite.append(name)
+                record[name] = None
         self.sink.write(record)
         self.throughputs.append(record["samples_per_s"])
-        self.diagnostics.check(record, self.step)
+        self.diagnostics.check(record, self.step, nonfinite=nonfinite)
         self.meter.add_monitor_time(time.perf_counter() - built)
 
     def fractional_epoch(self) -> float:
@@ -318,41 +346,108 @@ class Trainer:
 
     # ---------------------------------------------------------------- evaluation
     def evaluate(self) -> None:
-        """Validation loss and accuracy under inference_mode; one sync at the end. The plain
-        module runs it: the compiled one would compile an eval graph unseen (a long stall)."""
+        """The task's validation metrics under inference_mode, averaged over the validation
+        set weighted by batch size; one sync at the end. The plain module runs it: the
+        compiled one would compile an eval graph unseen (a long stall)."""
         p = self.parts
         self.control.state = "evaluating"
         p.model.eval()
-        loss_sum = torch.zeros((), device=p.device)
-        correct = torch.zeros((), device=p.device, dtype=torch.int64)
+        sums: dict[str, torch.Tensor] = {}
         count = 0
-        hits: list[torch.Tensor] = []
+        items: list[torch.Tensor] = []
+        primary = self.primary[len("val_") :] if self.primary else None
+        validate = getattr(self.task, "validation_step", None)
         with torch.inference_mode(), p.precision.autocast():
-            for x, y in p.data.val.batches(0):
-                logits = p.model(x)
-                loss_sum += nn.functional.cross_entropy(logits.float(), y, reduction="sum")
-                hit = logits.argmax(dim=1) == y
-                correct += hit.sum()
-                hits.append(hit)
-                count += y.shape[0]
-            # per image, on the device (no sync): the parity check pairs two runs' images
-            # with it. The val set is never sharded: every rank evaluates all of it, in order.
-            self.val_correct = torch.cat(hits) if hits else None
+            for batch in p.data.val.batches(0):
+                n = batch_size_of(self.task, batch, self.label)
+                if callable(validate):
+                    values = validation_values(validate(p.model, batch), n, self.label)
+                else:  # no validation_step: the training loss on the validation set
+                    loss, _ = split_training_output(
+                        self.task.training_step(p.model, batch), self.label
+                    )
+                    values = {"loss": (loss.detach().float() * n, None)}
+                for name, (total, per_item) in values.items():
+                    sums[name] = sums[name] + total if name in sums else total
+                    if name == primary and per_item is not None:
+                        items.append(per_item)
+                count += n
+            # per item, on the device (no sync): the parity check pairs two runs' items with
+            # it. The val set is never sharded: every rank evaluates all of it, in order.
+            if items and len(items) == len(p.data.val):
+                joined = torch.cat(items)
+                self.val_correct = joined.bool() if self.primary == "val_acc" else joined
+            else:
+                self.val_correct = None
         p.model.train()
-        self.val_loss = loss_sum.item() / max(count, 1)  # sync point: once per evaluation
-        self.meter.note_sync()
-        self.val_acc = correct.item() / max(count, 1)
-        self.sink.write(
-            {
-                "type": "eval",
-                "step": self.step,
-                "epoch": round(self.fractional_epoch(), 4),
-                "val_loss": self.val_loss,
-                "val_acc": self.val_acc,
-            }
-        )
+        names = list(sums)
+        means = (torch.stack([sums[n] for n in names]) / max(count, 1)).tolist() if names else []
+        self.meter.note_sync()  # sync point: once per evaluation
+        record: dict[str, Any] = {
+            "type": "eval",
+            "step": self.step,
+            "epoch": round(self.fractional_epoch(), 4),
+        }
+        nonfinite = []
+        for name, value in zip(names, means, strict=True):
+            key = eval_key(name)
+            if not math.isfinite(value):
+                nonfinite.append(key)
+            record[key] = value if math.isfinite(value) else None
+        self.val_metrics = {k: v for k, v in record.items() if k.startswith("val_")}
+        self.val_loss = self.val_metrics.get("val_loss")
+        self.val_acc = self.val_metrics.get("val_acc")
+        self.sink.write(record)
+        if nonfinite:
+            self.diagnostics.alert_nonfinite_metrics(nonfinite, self.step)
+        self.judge_progress()
+        self.write_sample()
         self.control.state = "running"
         self.meter.restart_clock()  # evaluation time is not training throughput
+
+    def judge_progress(self) -> None:
+        """The primary metric's best so far; three evaluations without a better one is
+        advice (once per run), not an alert: a plateau may be the end of training."""
+        value = self.val_metrics.get(self.primary) if self.primary else None
+        if value is None:
+            return
+        better = self.best is None or (
+            value < self.best if self.mode == "min" else value > self.best
+        )
+        if better:
+            self.best, self.evals_since_best = value, 0
+            return
+        self.evals_since_best += 1
+        if self.evals_since_best >= PLATEAU_EVALS and not self.plateau_advised:
+            self.plateau_advised = True
+            self.sink.write(
+                event_record(
+                    f"{self.primary} has not improved for {self.evals_since_best} evaluations"
+                    f" (best {self.best:.4g}, now {value:.4g}): the run may have converged or"
+                    " be overfitting; stop it, or lower optim.lr",
+                    level="info",
+                    kind="advice",
+                    metric=self.primary,
+                    best=self.best,
+                )
+            )
+
+    def write_sample(self) -> None:
+        """The task's sample (charlm: text from a fixed prompt) as an event, rank 0 only."""
+        sample = getattr(self.task, "sample", None)
+        if not callable(sample) or not self.dist.is_main:
+            return
+        p = self.parts
+        p.model.eval()
+        try:
+            with torch.inference_mode(), p.precision.autocast():
+                text = sample(p.model, p.device)
+        finally:
+            p.model.train()
+        if isinstance(text, str) and text:
+            self.sink.write(
+                event_record(f"sample at step {self.step}: {text!r}", kind="sample", text=text)
+            )
 
     # ---------------------------------------------------------------- checkpoints
     def save(self, reason: str) -> Path | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ RULES = (
     "straggler",
     "stall",
     "nonfinite_loss",
+    "nonfinite_metric",
 )
 
 
@@ -47,6 +48,15 @@ def _num(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+def nonfinite_metric(names: list[str], step: object) -> tuple[str, dict[str, Any]]:
+    return (
+        f"{', '.join(names)} became NaN or Inf at step {step}: the task's metric is not a"
+        " number (a division by zero in it, or the model diverging); check the metric, or"
+        " lower optim.lr",
+        {"metrics": names},
+    )
 
 
 class AlertRules:
@@ -66,8 +76,12 @@ class AlertRules:
     def action(self, name: str) -> str:
         return str(self.cfg.get(name, "warn"))
 
-    def judge(self, record: Mapping[str, Any]) -> list[Alert]:
+    def judge(self, record: Mapping[str, Any], nonfinite: Sequence[str] = ()) -> list[Alert]:
+        """`nonfinite`: the task's own metrics that were NaN or Inf in this record (the
+        record holds null for them)."""
         found: dict[str, tuple[str, dict[str, Any]]] = {}
+        if nonfinite:
+            found["nonfinite_metric"] = nonfinite_metric(list(nonfinite), record.get("step"))
         loss = _num(record.get("loss"))
         if loss is not None:
             if len(self.losses) >= 5:

@@ -11,7 +11,12 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from tuitrain.metrics.records import Record
+from tuitrain.metrics.records import (
+    Record,
+    eval_metric_items,
+    format_metric,
+    train_metric_items,
+)
 
 __all__ = [
     "DASH",
@@ -150,12 +155,17 @@ def format_train_line(rec: Record, total: int | None = None, eta_s: float | None
         parts.append(f"epoch {epoch:.2f}")
     loss = rec.get("loss")
     parts.append(f"loss {loss:.4f}" if loss is not None else f"loss {DASH}")
+    for name, value in train_metric_items(rec):  # the task's own train metrics
+        parts.append(f"{name} {format_metric(value)}")
     lr = rec.get("lr")
     if lr is not None:
         parts.append(f"lr {lr:.2e}")
     sps = rec.get("samples_per_s")
     if sps is not None and math.isfinite(sps):
         parts.append(f"{sps:,.0f} samples/s")
+    tps = rec.get("tokens_per_s")
+    if isinstance(tps, (int, float)) and math.isfinite(tps):
+        parts.append(f"{tps:,.0f} tokens/s")
     tflops = rec.get("tflops")
     if tflops is not None and math.isfinite(tflops):
         parts.append(format_tflops(tflops))
@@ -194,6 +204,9 @@ def format_eval_line(rec: Record) -> str:
     val_acc = rec.get("val_acc")
     if val_acc is not None:
         parts.append(f"val_acc {val_acc * 100:.2f}%")
+    for name, value in eval_metric_items(rec):  # the task's other validation metrics
+        if name not in ("val_loss", "val_acc"):
+            parts.append(f"{name} {format_metric(value)}")
     return " | ".join(parts)
 
 

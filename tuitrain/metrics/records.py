@@ -118,6 +118,86 @@ def train_record(
     }
 
 
+# Fields a train record may hold beside TRAIN_FIELDS: the per-rank lists (DDP) and
+# `tokens_per_s` (a task that counts tokens). Any other field of a train record is one of the
+# task's own train metrics, which the header's `task.metrics` declares.
+TRAIN_EXTRA_FIELDS = ("rank_step_time_s", "rank_busy_s", "tokens_per_s")
+
+
+# --------------------------------------------------------------------------- task metrics
+
+# A run written before tasks existed (no `task` in its header) is a classification run.
+CLASSIFY_DECLARATION: dict[str, Any] = {
+    "name": "classify",
+    "primary": "val_acc",
+    "mode": "max",
+    "tolerance": 0.005,
+    "metrics": [
+        {"name": "val_loss", "split": "val", "goal": "min", "format": "float", "unit": "nats"},
+        {"name": "val_acc", "split": "val", "goal": "max", "format": "pct", "unit": ""},
+    ],
+}
+
+
+def task_declaration(header: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The header's `task` (what is trained, its primary metric and every metric's goal and
+    format), read defensively: a foreign or altered header gives what it can, an old one
+    the classification task's."""
+    raw = (header or {}).get("task")
+    if not isinstance(raw, Mapping):
+        return dict(CLASSIFY_DECLARATION)
+    metrics = []
+    for spec in raw.get("metrics") or []:
+        if isinstance(spec, Mapping) and isinstance(spec.get("name"), str):
+            metrics.append(
+                {
+                    "name": spec["name"][:64],
+                    "split": "val" if spec.get("split") == "val" else "train",
+                    "goal": spec.get("goal") if spec.get("goal") in ("min", "max") else None,
+                    "format": "pct" if spec.get("format") == "pct" else "float",
+                    "unit": str(spec.get("unit") or "")[:32],
+                }
+            )
+    primary = raw.get("primary")
+    tolerance = raw.get("tolerance")
+    return {
+        "name": str(raw.get("name") or "custom")[:200],
+        "primary": primary if isinstance(primary, str) else None,
+        "mode": "max" if raw.get("mode") == "max" else "min",
+        "tolerance": tolerance if _is_number(tolerance) and tolerance > 0 else None,  # type: ignore[operator]
+        "metrics": metrics,
+    }
+
+
+def train_metric_items(rec: Mapping[str, Any]) -> list[tuple[str, float | None]]:
+    """The task's own metrics of a train record (every field outside the contract whose
+    value is a number or null), in record order."""
+    known = set(TRAIN_FIELDS) | set(TRAIN_EXTRA_FIELDS)
+    return [
+        (k, v)
+        for k, v in rec.items()
+        if k not in known and (v is None or (_is_number(v) and math.isfinite(v)))
+    ]
+
+
+def eval_metric_items(rec: Mapping[str, Any]) -> list[tuple[str, float | None]]:
+    """The validation metrics of an eval record (`val_*` fields), in record order."""
+    return [
+        (k, v)
+        for k, v in rec.items()
+        if k.startswith("val_") and (v is None or (_is_number(v) and math.isfinite(v)))
+    ]
+
+
+def format_metric(value: float | None, fmt: str = "float") -> str:
+    """A metric as the dashboard and the log lines show it: pct as 85.31%, else 4 digits."""
+    if value is None:
+        return "–"
+    if fmt == "pct":
+        return f"{value * 100:.2f}%"
+    return f"{value:.4f}" if 1e-3 <= abs(value) < 1e5 else f"{value:.4g}"
+
+
 # --------------------------------------------------------------------------- events, end
 
 

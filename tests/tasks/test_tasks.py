@@ -1,0 +1,166 @@
+"""Any model, any loss: a user's task in a preset, the charlm task, the task contract's errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuitrain.config import load_preset
+from tuitrain.engine import run
+from tuitrain.engine.charlm import CharLMTask, Vocabulary, load_text
+from tuitrain.errors import EXIT_USAGE
+from tuitrain.metrics import MetricStore, StoreSink
+
+HERE = Path(__file__).resolve().parent
+REGRESSION = str(HERE / "regression.toml")
+
+
+class ListSink(StoreSink):
+    def __init__(self) -> None:
+        super().__init__(MetricStore())
+        self.records: list[dict] = []
+
+    def write(self, record: dict) -> None:
+        self.records.append(dict(record))
+        super().write(record)
+
+    def of(self, kind: str) -> list[dict]:
+        return [r for r in self.records if r["type"] == kind]
+
+
+def regression(*overrides: str):
+    return load_preset(REGRESSION, list(overrides))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_user_regression_task_trains_with_its_own_metric(precision: str) -> None:
+    sink = ListSink()
+    result = run(regression(f"train.precision={precision}"), sink)
+    assert result.status == "completed", result.reason
+    header = sink.of("header")[0]
+    task = header["task"]
+    assert task["primary"] == "val_mae" and task["mode"] == "min"
+    declared = {m["name"]: m for m in task["metrics"]}
+    assert declared["mae"]["split"] == "train" and declared["val_mae"]["goal"] == "min"
+    trains, evals = sink.of("train"), sink.of("eval")
+    assert trains and all(isinstance(r["mae"], float) and r["mae"] > 0 for r in trains)
+    assert len(evals) == 3 and all({"val_loss", "val_mae"} <= set(r) for r in evals)
+    assert "val_acc" not in evals[-1]
+    # it learns: the val error falls from the first evaluation to the last
+    assert evals[-1]["val_mae"] < evals[0]["val_mae"]
+    # mean absolute error <= root mean squared error, item by item averaged: a real average
+    assert evals[-1]["val_mae"] <= math.sqrt(evals[-1]["val_loss"]) + 1e-6
+    assert result.val_metrics["val_mae"] == evals[-1]["val_mae"]
+    assert result.val_correct is not None and result.val_correct.shape == (128,)
+    end = sink.of("end")[0]
+    assert end["val_mae"] == evals[-1]["val_mae"]
+
+
+def test_dict_batches_reach_the_task_as_dicts() -> None:
+    sink = ListSink()
+    cfg = regression(
+        "task.name='tests.tasks.user_tasks:dict_regression_task'",
+        "data.name='tests.tasks.user_tasks:dict_data'",
+        "train.epochs=1",
+    )
+    result = run(cfg, sink)
+    assert result.status == "completed", result.reason
+    assert sink.of("eval")[-1]["val_mae"] > 0
+    assert sink.of("train")[-1]["samples"] == 16 * 32  # batch_size(batch) from the dict
+
+
+def test_a_nan_metric_is_null_in_the_record_and_an_alert() -> None:
+    sink = ListSink()
+    result = run(regression("task.name='tests.tasks.user_tasks:nan_metric_task'"), sink)
+    assert result.status == "completed"
+    assert all(r["ratio"] is None for r in sink.of("train"))
+    alerts = [r for r in sink.of("event") if r.get("alert") == "nonfinite_metric"]
+    assert len(alerts) == 1 and alerts[0]["metrics"] == ["ratio"]  # once per episode
+
+
+@pytest.mark.parametrize(
+    ("task", "words"),
+    [
+        ("tests.tasks.user_tasks:scalar_loss_missing_task", "training_step returned a str"),
+        ("tests.tasks.user_tasks:nowhere", "has no attribute"),
+        ("nosuch", "is unknown; use classify, charlm"),
+    ],
+)
+def test_a_task_that_does_not_fit_is_one_sentence(task: str, words: str) -> None:
+    sink = ListSink()
+    result = run(regression(f"task.name='{task}'"), sink)
+    assert result.status == "failed" and result.exit_code == EXIT_USAGE
+    assert words in result.reason and not result.is_bug
+    assert not sink.of("header")  # refused before the header
+
+
+def test_charlm_vocabulary_round_trips_and_the_text_is_shipped() -> None:
+    text = load_text()
+    assert len(text) > 1_000_000 and "Hamlet" in text
+    vocab = Vocabulary(text)
+    assert vocab.decode(vocab.encode("To be, or not to be").tolist()) == "To be, or not to be"
+
+
+def tiny_charlm(*overrides: str):
+    return load_preset(
+        "charlm-mini",
+        [
+            "model.layers=1",
+            "model.width=32",
+            "model.heads=2",
+            "data.context=32",
+            "data.batch_size=8",
+            "data.val_samples=16",
+            "train.max_steps=6",
+            "train.log_every=3",
+            *overrides,
+        ],
+    )
+
+
+def test_charlm_records_tokens_bits_per_character_and_a_reproducible_sample(tmp_path) -> None:
+    samples = []
+    for _ in range(2):
+        sink = ListSink()
+        result = run(tiny_charlm(), sink)
+        assert result.status == "completed", result.reason
+        trains, evals = sink.of("train"), sink.of("eval")
+        assert all(r["tokens_per_s"] == pytest.approx(r["samples_per_s"] * 32) for r in trains)
+        assert trains[-1]["mfu"] is None or trains[-1]["tflops"] > 0
+        assert sink.of("header")[0]["flops_per_sample"] > 0
+        last = evals[-1]
+        assert last["val_bpc"] == pytest.approx(last["val_loss"] / math.log(2))
+        assert sink.of("header")[0]["task"]["primary"] == "val_loss"
+        events = [r for r in sink.of("event") if r.get("kind") == "sample"]
+        assert len(events) == 1 and len(events[0]["text"]) == 200
+        samples.append(events[0]["text"])
+    assert samples[0] == samples[1]  # seeded: the same run gives the same text
+
+
+def test_charlm_task_counts_tokens_and_reports_per_sequence_losses() -> None:
+    import torch
+
+    task = CharLMTask()
+    x = torch.randint(0, 5, (3, 4))
+    assert task.tokens((x, x)) == 12
+    model = torch.nn.Sequential(torch.nn.Embedding(5, 5))
+    out = task.validation_step(model, (x, x))
+    assert out["loss"].shape == (3,) and out["bpc"].shape == (3,)
+
+
+@pytest.mark.slow
+def test_a_user_task_runs_from_the_command_line(tmp_path: Path, repo_root: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tuitrain", "--preset", REGRESSION, "--no-ui",
+         "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=120, cwd=repo_root,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "mae " in done.stdout and "val_mae " in done.stdout
+    records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").open()]
+    assert records[0]["task"]["primary"] == "val_mae"
