@@ -168,6 +168,11 @@ class TrainConfig:
         max=10_000,
     )
     eval_every_epoch: bool = _f(True, "Evaluate at the end of each epoch.")
+    eval_every: int = _f(
+        0,
+        "Also evaluate every N optimizer steps (0 = at epoch ends only; language models).",
+        min=0,
+    )
     measure_peak: bool = _f(
         False, "Measure the peak TFLOP/s for MFU with a short matmul probe (else: the table)."
     )

@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError
-from tuitrain.metrics.records import TRAIN_FIELDS, Record, clean_record
+from tuitrain.metrics.records import (
+    TRAIN_FIELDS,
+    Record,
+    clean_record,
+    eval_metric_items,
+    task_declaration,
+    train_metric_items,
+)
 from tuitrain.metrics.sinks import Sink
 from tuitrain.safefile import open_nofollow, open_regular, regular_or_missing, replacing
 
@@ -163,10 +170,37 @@ def _run_files(run_dir: Path, limit: int = 10_000) -> Iterator[os.stat_result]:
                 yield os.stat(os.path.join(folder, name))
 
 
-def csv_rows(records: Iterable[Record]) -> Iterator[dict[str, Any]]:
+def csv_columns(header: Record | None) -> tuple[str, ...]:
+    """CSV_COLUMNS, with the task's own metrics its header declares (and tokens/s where the
+    task counts tokens): train metrics before the validation columns, the other validation
+    metrics after them. A classification run's columns are CSV_COLUMNS exactly."""
+    if header is None:
+        return CSV_COLUMNS
+    task = task_declaration(header)
+    train = [m["name"] for m in task["metrics"] if m["split"] == "train"]
+    val = [m["name"] for m in task["metrics"] if m["split"] == "val"]
+    tokens = ["tokens_per_s"] if (header.get("task") or {}).get("tokens") else []
+    base = [c for c in CSV_COLUMNS if c not in ("val_loss", "val_acc")]
+    known = set(CSV_COLUMNS) | set(tokens)
+    extra_train = [n for n in train if n not in known]
+    extra_val = [n for n in val if n not in known and n not in extra_train]
+    return (*base, *tokens, *extra_train, "val_loss", "val_acc", *extra_val)
+
+
+def csv_rows(
+    records: Iterable[Record], columns: list[tuple[str, ...]] | None = None
+) -> Iterator[dict[str, Any]]:
+    """One row per train or eval record; `columns` (a one-item list) is set from the first
+    header, before the first row."""
+    box = columns if columns is not None else [CSV_COLUMNS]
+    seen_header = False
     for record in records:
-        if record.get("type") in ("train", "eval"):
-            yield {key: _cell(record.get(key)) for key in CSV_COLUMNS}
+        if record.get("type") == "header" and not seen_header:
+            seen_header = True
+            box[0] = csv_columns(record)
+        elif record.get("type") in ("train", "eval"):
+            seen_header = True  # a header after the first row changes no column
+            yield {key: _cell(record.get(key)) for key in box[0]}
 
 
 def _cell(value: Any) -> Any:
@@ -179,12 +213,17 @@ def write_csv(records: Iterable[Record], out: Path) -> int:
     """Rows streamed to a temp file beside `out`, renamed over it at the end: a failed
     export leaves no half-written CSV (and an existing one intact)."""
     rows = 0
+    columns = [CSV_COLUMNS]
     with replacing(out) as tmp, open_nofollow(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        for row in csv_rows(records):
+        writer = None
+        for row in csv_rows(records, columns):
+            if writer is None:
+                writer = csv.DictWriter(f, fieldnames=columns[0])
+                writer.writeheader()
             writer.writerow(row)
             rows += 1
+        if writer is None:  # no row: the column line alone
+            csv.DictWriter(f, fieldnames=columns[0]).writeheader()
     return rows
 
 
@@ -206,6 +245,17 @@ def scalars(record: Record) -> Iterator[tuple[str, float, int]]:
         value = record.get(field)
         if isinstance(value, (int, float)) and math.isfinite(value):
             yield tag, float(value), step
+    if record.get("type") == "train":  # tokens/s and the task's own train metrics
+        tps = record.get("tokens_per_s")
+        if isinstance(tps, (int, float)) and math.isfinite(tps):
+            yield "perf/tokens_per_s", float(tps), step
+        for name, value in train_metric_items(record):
+            if value is not None:
+                yield f"train/{name}", float(value), step
+    else:  # the task's other validation metrics: val_bpc -> val/bpc
+        for name, value in eval_metric_items(record):
+            if value is not None and name not in TB_EVAL:
+                yield f"val/{name[len('val_') :]}", float(value), step
 
 
 def write_tensorboard(records: Iterable[Record], folder: Path) -> int:

@@ -77,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
         "ceil(N / epochs) batches of training data, and still ends with an evaluation",
     )
     p.add_argument(
+        "--tolerance",
+        type=float,
+        help="the largest |gap| of the primary metric that passes, in its units (classify:"
+        " accuracy as a fraction, default 0.005 = 0.5 point; other tasks: the task's own,"
+        " else 1%% of the fp32 value)",
+    )
+    p.add_argument(
         "--early-steps",
         type=int,
         default=20,
@@ -92,6 +99,7 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
         ("train.seed", args.seed),
         ("train.max_steps", args.max_steps),
         ("data.data_dir", args.data_dir),
+        ("task.tolerance", args.tolerance),
     ]
     return overrides_from(pairs)
 
@@ -214,6 +222,15 @@ def _plural(n: int, word: str) -> str:
 
 
 def verdict_line(r: ParityResult) -> str:
+    if r.metric is not None and r.verdict in ("PASS", "FAIL"):
+        m = r.metric
+        sign = "<=" if r.verdict == "PASS" else ">"
+        worse = "higher" if m.mode == "min" else "lower"
+        return (
+            f"{r.verdict}: |gap| {abs(m.gap or 0):.4g} {sign} {m.tolerance:g}"
+            f" ({m.tolerance_source})"
+            f" (gap = fp32 - {r.mixed} {m.name}; {r.mixed} is worse when its {m.name} is {worse})"
+        )
     if r.verdict in ("PASS", "FAIL"):
         sign = "<=" if r.verdict == "PASS" else ">"
         return (
@@ -226,6 +243,8 @@ def verdict_line(r: ParityResult) -> str:
 def format_table(result: ParityResult, run_dir: Path) -> str:
     """The readable report: per-epoch table, throughput, early check, resolution, verdict."""
     r, m = result, result.mixed
+    if r.metric is not None:
+        return format_metric_table(r, run_dir)
     lines = [
         f"parity {r.preset}: fp32 vs {m} on {r.device}, {_plural(r.epochs, 'epoch')}, "
         f"seed {r.seed}",
@@ -259,6 +278,33 @@ def format_table(result: ParityResult, run_dir: Path) -> str:
     lines.append(f"verdict      {verdict_line(r)}")
     if note := r.noise_note:
         lines.append(f"             {note}")
+    lines.append(f"run dir      {run_dir} (parity.json, parity.log, metrics.jsonl)")
+    return "\n".join(lines)
+
+
+def format_metric_table(r: ParityResult, run_dir: Path) -> str:
+    """The report for a task other than classify: its primary metric per epoch."""
+    assert r.metric is not None
+    mt, m = r.metric, r.mixed
+    name = mt.name
+    lines = [
+        f"parity {r.preset}: fp32 vs {m} on {r.device}, {_plural(r.epochs, 'epoch')}, "
+        f"seed {r.seed}, primary metric {name} ({mt.mode})",
+        f"{'epoch':>5}  {'fp32':>10}  {m:>10}  {'gap':>10}",
+    ]
+    for i, (a, b) in enumerate(mt.per_epoch, start=1):
+        gap = a - b if a is not None and b is not None else None
+        lines.append(f"{i:>5}  {_num(a, '.4f'):>10}  {_num(b, '.4f'):>10}  {_num(gap, '+.4g'):>10}")
+    lines.append(
+        f"throughput   fp32 {_num(r.fp32_samples_per_s, ',.0f')} samples/s, {m} "
+        f"{_num(r.mixed_samples_per_s, ',.0f')} samples/s: speedup {_num(r.speedup, '.2f')}x"
+    )
+    if mt.ci95 is not None:
+        lines.append(
+            f"noise        gap 95% CI [{mt.ci95[0]:+.4g}, {mt.ci95[1]:+.4g}] (paired over"
+            f" {mt.items:,} validation items, mean difference +- 1.96 sd/sqrt(n))"
+        )
+    lines.append(f"verdict      {verdict_line(r)}")
     lines.append(f"run dir      {run_dir} (parity.json, parity.log, metrics.jsonl)")
     return "\n".join(lines)
 

@@ -164,3 +164,48 @@ def test_a_user_task_runs_from_the_command_line(tmp_path: Path, repo_root: Path)
     assert "mae " in done.stdout and "val_mae " in done.stdout
     records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").open()]
     assert records[0]["task"]["primary"] == "val_mae"
+
+
+def test_export_carries_the_tasks_metrics(tmp_path: Path) -> None:
+    import csv
+
+    from tuitrain.export import main as export_main
+    from tuitrain.export import scalars
+    from tuitrain.metrics.sinks import JsonlSink
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    sink = JsonlSink(run_dir / "metrics.jsonl")
+    try:
+        run(regression("train.epochs=1"), sink)
+    finally:
+        sink.close()
+    out = tmp_path / "out.csv"
+    assert export_main([str(run_dir), "--format", "csv", "--out", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert {"mae", "val_mae", "val_loss", "val_acc"} <= set(rows[0])
+    assert all(float(r["mae"]) > 0 for r in rows if r["type"] == "train")
+    evals = [r for r in rows if r["type"] == "eval"]
+    assert evals and float(evals[-1]["val_mae"]) > 0 and evals[-1]["mae"] == ""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    tags = {tag for r in records for tag, _, _ in scalars(r)}
+    assert {"train/mae", "val/mae", "val/loss", "train/loss"} <= tags
+
+
+def test_parity_judges_the_tasks_primary_metric_with_a_paired_interval() -> None:
+    from tuitrain.engine.parity import parity
+
+    cfg = regression("train.epochs=1")
+    result = parity(cfg, epochs=1, mixed="bf16", early_steps=4)
+    m = result.metric
+    assert m is not None and m.name == "val_mae" and m.items == 128
+    assert m.tolerance == 0.05 and m.tolerance_source == "the task's own tolerance"
+    assert m.ci95 is not None and m.ci95[0] <= m.gap <= m.ci95[1]
+    assert result.verdict == ("PASS" if abs(m.gap) <= 0.05 else "FAIL")
+    assert result.paired is None  # McNemar is classification's
+    data = result.to_json()
+    assert data["metric"]["name"] == "val_mae" and data["verdict"] == result.verdict
+    assert "val_mae" in result.summary()
+    strict = parity(regression("train.epochs=1", "task.tolerance=1e-12"), 1, "bf16", early_steps=0)
+    assert strict.metric is not None and strict.metric.tolerance_source == "task.tolerance"
+    assert strict.verdict == "FAIL" and strict.exit_code == 3  # bf16 moves the metric a little

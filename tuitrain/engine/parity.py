@@ -40,16 +40,18 @@ from tuitrain.engine.parity_report import (
     MIXED_CHOICES,
     RUNS,
     EpochRow,
+    MetricParity,
     PairedCounts,
     ParityResult,
     count_test_images,
     max_rel_diff,
+    paired_mean_ci,
     write_parity_json,
 )
 from tuitrain.engine.precision import resolve_precision
 from tuitrain.engine.runner import RunResult, run
 from tuitrain.errors import UserError
-from tuitrain.metrics.records import event_record
+from tuitrain.metrics.records import event_record, task_declaration
 from tuitrain.metrics.sinks import NullSink, Sink
 
 # --------------------------------------------------------------------------- configs
@@ -195,8 +197,47 @@ def parity(
         preset=cfg.name, mixed=mixed, device=str(resolve_device(cfg.train.device)),
         epochs=epochs, seed=cfg.train.seed, early_steps=early_steps,
     )  # fmt: skip
+    if cfg.task.name == "classify" and cfg.task.tolerance > 0:
+        result.threshold_points = 100.0 * cfg.task.tolerance  # accuracy's units: a fraction
     check = _Check(result, parity_configs(cfg, epochs, mixed), sink or NullSink(), control)
     return check.execute(run_dir, early_steps)
+
+
+DEFAULT_RELATIVE_TOLERANCE = 0.01  # a task that sets none: 1% of the fp32 run's value
+
+
+def metric_parity(
+    cfg: Config,
+    header: Mapping[str, Any] | None,
+    evals: dict[str, list[Mapping[str, Any]]],
+    items: dict[str, torch.Tensor | None],
+) -> MetricParity | None:
+    """The primary metric's parity for a task other than classify (None for classify)."""
+    if cfg.task.name == "classify":
+        return None
+    task = task_declaration(header)
+    name = task["primary"] or "val_loss"
+    per_epoch = [
+        (a.get(name), b.get(name)) for a, b in zip(evals["fp32"], evals["mixed"], strict=False)
+    ]
+    fp32, mixed = per_epoch[-1] if per_epoch else (None, None)
+    if cfg.task.tolerance > 0:
+        tolerance, source = cfg.task.tolerance, "task.tolerance"
+    elif task["tolerance"]:
+        tolerance, source = float(task["tolerance"]), "the task's own tolerance"
+    else:
+        base = abs(fp32) if isinstance(fp32, (int, float)) and fp32 else 1.0
+        tolerance = DEFAULT_RELATIVE_TOLERANCE * base
+        source = f"default: {DEFAULT_RELATIVE_TOLERANCE:.0%} of the fp32 value"
+    m = MetricParity(
+        name, task["mode"], tolerance, source, fp32, mixed,
+        per_epoch=[(a, b) for a, b in per_epoch],
+    )  # fmt: skip
+    a, b = items.get("fp32"), items.get("mixed")
+    if a is not None and b is not None and a.shape == b.shape and a.dim() == 1:
+        fa, fb = a.float().cpu().tolist(), b.float().cpu().tolist()
+        m.ci95, m.items = paired_mean_ci(fa, fb), len(fa)
+    return m
 
 
 class _Check:
@@ -208,6 +249,8 @@ class _Check:
         self.result, self.configs, self.sink = result, configs, sink
         self.control = control or Control()
         self.val_correct: dict[str, torch.Tensor | None] = {}  # per run: the last eval's hits
+        self.headers: dict[str, Mapping[str, Any] | None] = {}
+        self.evals: dict[str, list[Mapping[str, Any]]] = {}
 
     def label(self, name: str) -> str:
         return "fp32" if name == "fp32" else self.result.mixed
@@ -231,8 +274,14 @@ class _Check:
             self.train(name)
         r.elapsed_s = time.perf_counter() - started
         if r.status == "completed":
-            r.paired = pair_images(*(self.val_correct.get(name) for name in RUNS))
-        if r.status == "completed" and r.gap_points is None:
+            r.metric = metric_parity(
+                self.configs["fp32"], self.headers.get("fp32"), self.evals, self.val_correct
+            )
+            if r.metric is None:
+                r.paired = pair_images(*(self.val_correct.get(name) for name in RUNS))
+        if r.metric is not None and r.status == "completed" and r.metric.gap is None:
+            r.status, r.message = "failed", f"a run ended without a {r.metric.name}"
+        elif r.metric is None and r.status == "completed" and r.gap_points is None:
             r.status, r.message = "failed", "a run ended without a validation accuracy"
         self.finish(run_dir)
         return r
@@ -267,6 +316,7 @@ class _Check:
         outcome = run(self.configs[name], recorder, self.control)  # no run dir: nothing to keep
         r = self.result
         self.val_correct[name] = outcome.val_correct
+        self.headers[name], self.evals[name] = recorder.header, recorder.evals
         r.train_loss[name] = recorder.losses
         if name == "fp32":
             r.fp32_samples_per_s = outcome.samples_per_s

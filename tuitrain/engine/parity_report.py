@@ -138,6 +138,45 @@ def gap_ci95_points(counts: PairedCounts, gap: float | None = None) -> list[floa
 
 
 @dataclass(slots=True)
+class MetricParity:
+    """A task other than classification: its primary metric's final values in both runs, the
+    gap (fp32 minus mixed) in the metric's own units and its paired 95% interval over the
+    validation items (or none: the task gave batch means only), judged against a tolerance."""
+
+    name: str  # the eval record's field, e.g. val_loss
+    mode: str  # min | max: which way is better
+    tolerance: float
+    tolerance_source: str  # --tolerance, task.tolerance, the task's own, or the default
+    fp32: float | None = None
+    mixed: float | None = None
+    per_epoch: list[tuple[float | None, float | None]] = field(default_factory=list)
+    ci95: list[float] | None = None
+    items: int | None = None  # how many validation items were paired
+
+    @property
+    def gap(self) -> float | None:
+        if self.fp32 is None or self.mixed is None:
+            return None
+        return self.fp32 - self.mixed
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "gap": self.gap}
+
+
+def paired_mean_ci(fp32: list[float], mixed: list[float], z: float = Z95) -> list[float] | None:
+    """The 95% interval of the mean per-item difference (fp32 - mixed): mean +- z * sd /
+    sqrt(n) over the paired items (normal approximation: n is hundreds or more)."""
+    n = len(fp32)
+    if n < 2 or n != len(mixed):
+        return None
+    diffs = [a - b for a, b in zip(fp32, mixed, strict=True)]
+    mean = sum(diffs) / n
+    var = sum((d - mean) ** 2 for d in diffs) / (n - 1)
+    half = z * math.sqrt(var / n)
+    return [mean - half, mean + half]
+
+
+@dataclass(slots=True)
 class EpochRow:
     epoch: int
     fp32_val_acc: float | None = None
@@ -176,6 +215,7 @@ class ParityResult:
     elapsed_s: float = 0.0
     # the last epoch's evaluations paired image by image (None: a run has no final evaluation)
     paired: PairedCounts | None = None
+    metric: MetricParity | None = None  # a task other than classify: its primary metric
 
     def final(self, key: str) -> float | None:
         return getattr(self.per_epoch[-1], key) if self.per_epoch else None
@@ -189,6 +229,11 @@ class ParityResult:
         """PASS, FAIL, ERROR (a run failed), or None (cancelled: nothing to judge)."""
         if self.status == "cancelled":
             return None
+        if self.metric is not None:
+            gap = self.metric.gap
+            if self.status == "failed" or gap is None:
+                return "ERROR"
+            return "PASS" if abs(gap) <= self.metric.tolerance * (1 + 1e-9) else "FAIL"
         gap = self.gap_points
         if self.status == "failed" or gap is None:
             return "ERROR"
@@ -263,6 +308,8 @@ class ParityResult:
 
     def summary(self) -> str:
         """One line: the verdict, the numbers behind it, and their resolution."""
+        if self.metric is not None and self.verdict in ("PASS", "FAIL"):
+            return self.metric_summary(self.metric)
         fp32_acc, mixed_acc = self.final("fp32_val_acc"), self.final("mixed_val_acc")
         # PASS/FAIL imply a gap, so both accuracies are there (the None checks narrow types)
         if self.verdict in (None, "ERROR") or fp32_acc is None or mixed_acc is None:
@@ -280,16 +327,36 @@ class ParityResult:
             f" (|gap| {sign} {self.threshold_points}; {images}); speedup {speed}"
         )
 
+    def metric_summary(self, m: MetricParity) -> str:
+        sign = "<=" if self.verdict == "PASS" else ">"
+        speed = f"{self.speedup:.2f}x" if self.speedup else "n/a"
+        ci = (
+            f", 95% CI [{m.ci95[0]:+.4g}, {m.ci95[1]:+.4g}] paired over {m.items:,} items"
+            if m.ci95 is not None and m.items
+            else ", no interval (the task gives no per-item values)"
+        )
+        return (
+            f"parity {self.verdict}: fp32 {m.name} {m.fp32:.4f} vs {self.mixed} {m.mixed:.4f},"
+            f" gap {m.gap:+.4g}{ci} (|gap| {sign} {m.tolerance:g}, {m.tolerance_source});"
+            f" speedup {speed}"
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The JSON of parity.json and `--json`: the verdict and its numbers first."""
         out: dict[str, Any] = {"verdict": self.verdict, "reference": "fp32 (TF32 off)"}
+        if self.metric is not None:
+            out["metric"] = self.metric.to_json()
         for key in ("fp32_val_acc", "mixed_val_acc", "fp32_val_loss", "mixed_val_loss"):
             out[key] = self.final(key)
         out["gap_points"], out["speedup"] = self.gap_points, self.speedup
         out["one_image_points"] = self.one_image_points
         out["discordant"], out["p_value"] = self.discordant, self.p_value
         out["gap_ci95_points"], out["noise_note"] = self.gap_ci95_points, self.noise_note
-        out |= {f.name: getattr(self, f.name) for f in fields(self) if f.name != "paired"}
+        out |= {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("paired", "metric")
+        }
         out["paired"] = None if self.paired is None else self.paired.to_json()
         out["per_epoch"] = [row.to_json() for row in self.per_epoch]
         out["train_loss"] = {k: [list(p) for p in v] for k, v in self.train_loss.items()}

@@ -205,7 +205,10 @@ def build_parts(cfg: Config, dist: DistInfo) -> RunParts:
         steps_per_epoch=steps_per_epoch,
         total_steps=total,
         task=task,
-        task_info=declarations(task, list(train_metrics), val_metrics, cfg.task.name),
+        task_info={
+            **declarations(task, list(train_metrics), val_metrics, cfg.task.name),
+            "tokens": callable(getattr(task, "tokens", None)),
+        },
         train_metrics=train_metrics,
         ddp=ddp,
         flops_per_sample=flops,

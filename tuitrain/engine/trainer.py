@@ -236,6 +236,11 @@ class Trainer:
             self.compile_done()
         elif is_log:
             self.log_point()
+        eval_every = self.cfg.train.eval_every
+        # an epoch's end evaluates anyway, and so does the run's last step
+        mid_epoch = self.epoch_step < p.steps_per_epoch and self.step < p.total_steps
+        if eval_every and self.step % eval_every == 0 and mid_epoch:
+            self.evaluate()
         every = self.cfg.checkpoint.every_steps
         if every and self.step % every == 0:
             self.save(f"every {every} steps")

@@ -5,8 +5,9 @@ amortised, one short lock). The UI calls :meth:`MetricStore.snapshot` a few time
 per second and gets an immutable :class:`Snapshot`.
 
 Every numeric field of a ``train`` record (other than ``step``) becomes a series
-keyed by the field name, with x = ``step``; ``eval`` records feed ``val_loss`` and
-``val_acc``. Each series keeps a ring of the most recent points plus a decimated
+keyed by the field name, with x = ``step``; ``eval`` records feed their ``val_*`` fields
+(``val_loss``, ``val_acc``, a task's own ``val_<name>``). Each series keeps a ring of the
+most recent points plus a decimated
 history (every k-th point; when the history fills up, every other point is dropped
 and k doubles), so memory stays bounded whatever the run length.
 """
@@ -198,7 +199,9 @@ class MetricStore:
             elif kind == "eval":
                 self._last_eval = rec
                 self._evals.append(rec)
-                self._add_points(rec, ((n, rec.get(n)) for n in EVAL_SERIES), skip_step=False)
+                # every validation metric (val_loss, val_acc, a task's val_<name>)
+                points = ((n, v) for n, v in rec.items() if n.startswith("val_"))
+                self._add_points(rec, points, skip_step=False)
             elif kind == "event":
                 self._events.append(rec)
             elif kind == "header":

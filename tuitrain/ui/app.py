@@ -37,6 +37,7 @@ from tuitrain.metrics.format import format_duration
 from tuitrain.metrics.store import MetricStore
 from tuitrain.stdio import native_stderr_to, say
 from tuitrain.ui.screens.help import HelpScreen
+from tuitrain.ui.screens.metrics import MetricsScreen
 from tuitrain.ui.screens.parity import NO_PRESET, ParityScreen
 from tuitrain.ui.screens.presets import PresetScreen
 from tuitrain.ui.screens.profile import ProfileScreen
@@ -96,6 +97,14 @@ class TuitrainApp(SessionApp):
             tooltip=f"Record CUDA memory for {MEMORY_STEPS} steps (pytorch.org/memory_viz)",
         ),
         Binding("l", "toggle_log_y", "Log y", tooltip="Loss chart: log-scale y axis, or linear"),
+        Binding("g", "metrics", "Metrics", tooltip="One chart per metric of the run's task"),
+        Binding(
+            "slash",
+            "filter_metrics",
+            "Filter metrics",
+            show=False,
+            tooltip="The metrics charts, filtered by a regular expression over their names",
+        ),
         Binding("question_mark", "help", "Help", tooltip="This list of keys"),
         Binding("h,f1", "help", "Help", show=False, tooltip="This list of keys"),
         Binding("ctrl+p", "command_palette", "Commands", show=False, tooltip="Command palette"),
@@ -368,6 +377,14 @@ class TuitrainApp(SessionApp):
             if isinstance(panel, LossPanel):
                 panel.toggle_log_y()
         self.poll_plots()
+
+    def action_metrics(self) -> None:
+        self.push_screen(MetricsScreen())
+
+    def action_filter_metrics(self) -> None:
+        screen = MetricsScreen()
+        self.push_screen(screen)
+        screen.call_after_refresh(screen.action_filter)
 
     def action_parity(self) -> None:
         if isinstance(self.screen, ParityScreen):

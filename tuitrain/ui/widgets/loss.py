@@ -11,10 +11,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tuitrain.metrics.format import DASH, format_number
+from tuitrain.metrics.records import format_metric, task_declaration
 from tuitrain.metrics.store import Series, Snapshot
 from tuitrain.ui.view import Frame, smoothed_series
 from tuitrain.ui.widgets.chart import Line, log_title
-from tuitrain.ui.widgets.panel import Panel
+from tuitrain.ui.widgets.panel import Panel, esc
 
 
 def _fmt_loss(value: float | None) -> str:
@@ -37,9 +38,30 @@ def smoothing_floor(snap: Snapshot) -> float | None:
 
 
 def best_eval(snap: Snapshot) -> Mapping[str, Any] | None:
-    """The evaluation with the highest accuracy so far (the first of equals)."""
-    scored = [e for e in snap.evals if isinstance(e.get("val_acc"), (int, float))]
-    return max(scored, key=lambda e: e["val_acc"]) if scored else None
+    """The evaluation with the best primary metric so far (the first of equals): the
+    highest accuracy for classification, by the header's task declaration otherwise."""
+    task = task_declaration(snap.header)
+    key = task["primary"]
+    if key is None:
+        return None
+    scored = [e for e in snap.evals if isinstance(e.get(key), (int, float))]
+    if not scored:
+        return None
+    pick = max if task["mode"] == "max" else min
+    return pick(scored, key=lambda e: e[key])
+
+
+def shown_metric(snap: Snapshot) -> tuple[str, str, str] | None:
+    """(field, label, format) of the validation metric the Loss panel shows beside the val
+    loss: the task's primary metric (classification: accuracy), or its first other
+    validation metric when the primary is the loss itself."""
+    task = task_declaration(snap.header)
+    vals = [m for m in task["metrics"] if m["split"] == "val" and m["name"] != "val_loss"]
+    primary = next((m for m in vals if m["name"] == task["primary"]), None)
+    chosen = primary or (vals[0] if vals else None)
+    if chosen is None:
+        return None
+    return chosen["name"], chosen["name"].removeprefix("val_"), chosen["format"]
 
 
 class LossPanel(Panel):
@@ -73,16 +95,30 @@ class LossPanel(Panel):
         ev = snap.last_eval
         if ev is None:
             return line1 + "\n[$warning]val[/] [$foreground-muted]after the first epoch[/]"
-        acc = ev.get("val_acc")
-        acc_text = DASH if acc is None else f"{acc * 100:.2f}%"
+        shown = shown_metric(snap)
+        metric = ""
+        if shown is not None:
+            key, label, fmt = shown
+            value = ev.get(key)
+            value = value if isinstance(value, (int, float)) else None
+            metric = (
+                f"[b]{esc(label)} {format_metric(value, fmt) if value is not None else DASH}[/b] "
+            )
         text = (
             f"{line1}\n[$warning]val[/] {_fmt_loss(ev.get('val_loss'))}  "
-            f"[b]acc {acc_text}[/b] [$foreground-muted](epoch {format_number(ev.get('epoch'))})[/]"
+            f"{metric}[$foreground-muted](epoch {format_number(ev.get('epoch'))})[/]"
         )
         best = best_eval(snap)
-        if best is not None and best is not ev:
+        primary = task_declaration(snap.header)["primary"]
+        if best is not None and best is not ev and primary is not None:
+            fmt = (
+                "pct"
+                if primary == "val_acc"
+                else (shown[2] if shown and shown[0] == primary else "float")
+            )
+            label = "best" if shown is not None and shown[0] == primary else f"best {esc(primary)}"
             text += (
-                f" [$foreground-muted]· best {best['val_acc'] * 100:.2f}%"
+                f" [$foreground-muted]· {label} {format_metric(best[primary], fmt)}"
                 f" (epoch {format_number(best.get('epoch'))})[/]"
             )
         return text

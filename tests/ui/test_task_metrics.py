@@ -1,0 +1,102 @@
+"""A task's own metrics in the dashboard: the metrics screen (g), its filter (/), log y, and
+the Loss panel's validation line read from the header's task declaration."""
+
+from __future__ import annotations
+
+from tests.ui.pilot_tools import text_of, wait_for
+from tuitrain.metrics.store import MetricStore
+from tuitrain.ui.app import TuitrainApp
+from tuitrain.ui.screens.metrics import MetricsScreen, matching, metric_specs
+from tuitrain.ui.widgets.loss import LossPanel
+
+TASK = {
+    "name": "tests.tasks.user_tasks:regression_task",
+    "primary": "val_mae",
+    "mode": "min",
+    "tolerance": 0.05,
+    "tokens": False,
+    "metrics": [
+        {"name": "mae", "split": "train", "goal": "min", "format": "float", "unit": ""},
+        {"name": "val_loss", "split": "val", "goal": "min", "format": "float", "unit": ""},
+        {"name": "val_mae", "split": "val", "goal": "min", "format": "float", "unit": ""},
+    ],
+}
+
+
+def regression_store(task: dict | None = TASK) -> MetricStore:
+    store = MetricStore()
+    header = {"type": "header", "preset": "regression", "total_steps": 40, "config": {}}
+    if task is not None:
+        header["task"] = task
+    store.push(header)
+    for step in range(2, 42, 2):
+        store.push({"type": "train", "step": step, "loss": 1.0 / step, "mae": 2.0 / step})
+        if step % 10 == 0:
+            store.push(
+                {"type": "eval", "step": step, "epoch": step / 10, "val_loss": 0.5 / step,
+                 "val_mae": 1.0 / step + (0.2 if step == 40 else 0.0)}
+            )  # fmt: skip
+    return store
+
+
+def test_the_declared_metrics_are_the_charts_in_order() -> None:
+    snap = regression_store().snapshot()
+    assert [s["name"] for s in metric_specs(snap)] == ["mae", "val_loss", "val_mae"]
+    shown, problem = matching(metric_specs(snap), "^val_")
+    assert [s["name"] for s in shown] == ["val_loss", "val_mae"] and not problem
+    shown, problem = matching(metric_specs(snap), "[")
+    assert len(shown) == 3 and "not a regular expression" in problem
+
+
+def test_a_run_without_declarations_shows_every_series_outside_the_contract() -> None:
+    snap = regression_store(task=None).snapshot()
+    assert [s["name"] for s in metric_specs(snap)] == ["mae", "val_loss", "val_mae"]
+
+
+async def test_g_opens_one_chart_per_metric_and_slash_filters_them() -> None:
+    app = TuitrainApp(store=regression_store())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("g")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, MetricsScreen)
+        assert list(screen.charts) == ["mae", "val_loss", "val_mae"]
+        titles = {name: str(chart.border_title) for name, chart in screen.charts.items()}
+        assert titles["val_mae"] == "val_mae 0.2250 (best 0.0333)"  # best by the goal: min
+        assert "3 of 3 shown" in text_of(screen.query_one("#metrics-title"))
+        chart = screen.charts["mae"]
+        await wait_for(pilot, lambda: chart.plt.monitor.y, 5, "the mae chart drawn")
+        assert len(chart.plt.monitor.y[0]) == 20  # every logged point of mae
+
+        await pilot.press("slash")
+        await pilot.press("v", "a", "l", "underscore", "m", "enter")
+        await pilot.pause()
+        assert list(screen.charts) == ["val_mae"]
+        assert "1 of 3 shown" in text_of(screen.query_one("#metrics-title"))
+
+        await pilot.press("l")
+        await pilot.pause()
+        assert screen.charts["val_mae"].log_y
+        assert str(screen.charts["val_mae"].border_title).endswith("log y")
+
+        await pilot.press("escape")
+        assert not isinstance(app.screen, MetricsScreen)
+
+
+async def test_slash_on_the_dashboard_opens_the_filter() -> None:
+    app = TuitrainApp(store=regression_store())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("slash")
+        await pilot.pause()
+        assert isinstance(app.screen, MetricsScreen)
+        assert app.screen.query_one("#metrics-filter").has_focus
+
+
+async def test_the_loss_panel_shows_the_tasks_primary_metric_and_its_best() -> None:
+    app = TuitrainApp(store=regression_store())
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.poll_all()
+        await pilot.pause()
+        panel = next(p for p in app.panels if isinstance(p, LossPanel))
+        text = text_of(panel.summary_text)
+        assert "mae 0.2250" in text and "best 0.0333" in text and "acc" not in text

@@ -1,0 +1,170 @@
+"""Metrics screen (`m`): one chart per metric of the run's task, filtered by a regular
+expression (`/`, as W&B's terminal viewer filters panels), log y with `l`.
+
+The metrics are what the header's task declaration names (the task's own train metrics, its
+validation metrics) and, for runs whose header declares none, every series of the store
+outside the metric contract's fields. Each chart's title gives the metric's last value and
+its best so far (by the declared goal); the charts redraw at 1 Hz from the app's store.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static
+
+from tuitrain.metrics.records import (
+    TRAIN_EXTRA_FIELDS,
+    TRAIN_FIELDS,
+    format_metric,
+    task_declaration,
+)
+from tuitrain.metrics.store import Snapshot
+from tuitrain.ui.widgets.chart import Line, MetricChart, log_title
+from tuitrain.ui.widgets.panel import esc
+
+MAX_CHARTS = 12  # more metrics than this: the first ones, and the filter narrows the rest
+
+
+def metric_specs(snap: Snapshot) -> list[dict[str, Any]]:
+    """[{name, goal, format, unit}] of the run's metrics, in declaration order."""
+    task = task_declaration(snap.header)
+    specs = list(task["metrics"]) if snap.header and snap.header.get("task") else []
+    if not specs:  # an old or foreign run: every series outside the contract
+        known = set(TRAIN_FIELDS) | set(TRAIN_EXTRA_FIELDS)
+        specs = [
+            {"name": n, "goal": None, "format": "pct" if n == "val_acc" else "float", "unit": ""}
+            for n in snap.series
+            if n not in known
+        ]
+        specs.sort(key=lambda s: (s["name"].startswith("val_"), s["name"]))
+    if "tokens_per_s" in snap.series:
+        specs.append({"name": "tokens_per_s", "goal": "max", "format": "float", "unit": ""})
+    return specs
+
+
+def best_value(values: tuple[float, ...], goal: str | None) -> float | None:
+    if not values or goal not in ("min", "max"):
+        return None
+    return min(values) if goal == "min" else max(values)
+
+
+def matching(specs: list[dict[str, Any]], pattern: str) -> tuple[list[dict[str, Any]], str]:
+    """The specs whose name the pattern finds (re.search), and '' or why it is not used."""
+    if not pattern:
+        return specs, ""
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        return specs, f"not a regular expression ({exc}); showing all"
+    return [s for s in specs if regex.search(s["name"])], ""
+
+
+class MetricsScreen(Screen[None]):
+    """A grid of charts, one per metric; `/` filters by name, `l` log y, escape back."""
+
+    AUTO_FOCUS = ""  # nothing: the (hidden) filter box takes keys only once / opens it
+
+    DEFAULT_CSS = """
+    MetricsScreen #metrics-top { height: auto; padding: 0 1; }
+    MetricsScreen #metrics-filter { display: none; }
+    MetricsScreen #metrics-filter.-open { display: block; }
+    MetricsScreen #metrics-grid { grid-size: 3; grid-gutter: 0 1; height: 1fr; }
+    MetricsScreen .metric { border: round $primary-darken-2; height: 1fr; min-height: 8; }
+    """
+    BINDINGS = [
+        Binding("slash", "filter", "Filter", tooltip="Filter metrics by a regular expression"),
+        Binding("l", "toggle_log_y", "Log y", tooltip="Log-scale y axes, or linear"),
+        Binding("escape,m,q", "close", "Back", tooltip="Back to the dashboard"),
+    ]
+
+    def __init__(self, pattern: str = "") -> None:
+        super().__init__()
+        self.pattern = pattern
+        self.log_y = False
+        self.charts: dict[str, MetricChart] = {}
+        self._shown: tuple[str, ...] | None = None
+        self._drawn: dict[str, object] = {}
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="metrics-top"):
+            yield Static("", id="metrics-title", markup=True)
+            yield Input(
+                value=self.pattern, placeholder="regular expression over metric names",
+                id="metrics-filter",
+            )  # fmt: skip
+        yield Grid(id="metrics-grid")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(1.0, self.redraw)
+        self.call_after_refresh(self.redraw)
+
+    def store_snapshot(self) -> Snapshot:
+        return self.app.store.snapshot()  # type: ignore[attr-defined]
+
+    def redraw(self) -> None:
+        snap = self.store_snapshot()
+        specs = metric_specs(snap)
+        shown, problem = matching(specs, self.pattern)
+        names = tuple(s["name"] for s in shown[:MAX_CHARTS])
+        grid = self.query_one("#metrics-grid", Grid)
+        if names != self._shown:  # the set of charts changed: rebuild the grid
+            self._shown = names
+            grid.remove_children()
+            self.charts = {n: MetricChart(classes="metric") for n in names}
+            if self.charts:
+                grid.mount_all(self.charts.values())
+            else:
+                grid.mount(Static("no metric matches the filter" if specs else "no metric yet"))
+            self._drawn = {}
+            self.call_after_refresh(self.redraw)  # the new charts have a size after layout
+        title = (
+            f"[b]Metrics[/b] · {len(names)} of {len(specs)} shown"
+            + (f" · filter [b]{esc(self.pattern)}[/b]" if self.pattern else "")
+            + (f" · [$error]{esc(problem)}[/]" if problem else "")
+            + " · [$foreground-muted]/ filter, l log y, escape back[/]"
+        )
+        self.query_one("#metrics-title", Static).update(title)
+        by_name: Mapping[str, dict[str, Any]] = {s["name"]: s for s in shown}
+        for name, chart in self.charts.items():
+            series = snap.get(name)
+            spec = by_name[name]
+            best = best_value(series.ys, spec.get("goal"))
+            label = f"{name} {format_metric(series.last, spec['format'])}"
+            if best is not None:
+                label += f" (best {format_metric(best, spec['format'])})"
+            chart.border_title = esc(log_title(label, self.log_y))
+            key = (series, chart.size, self.log_y)
+            if self._drawn.get(name) == key or not chart.size.area:
+                continue
+            self._drawn[name] = key
+            chart.log_y = self.log_y
+            xs, ys = series.decimate(max(chart.plot_columns(), 1))
+            color = "warning" if name.startswith("val_") else "primary"
+            chart.draw([Line(xs, ys, color=color, scatter=name.startswith("val_"))])
+
+    def action_filter(self) -> None:
+        box = self.query_one("#metrics-filter", Input)
+        box.add_class("-open")
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.pattern = event.value.strip()
+        event.input.remove_class("-open")
+        self.set_focus(None)
+        self.redraw()
+
+    def action_toggle_log_y(self) -> None:
+        self.log_y = not self.log_y
+        self._drawn = {}
+        self.redraw()
+
+    def action_close(self) -> None:
+        self.app.pop_screen()
