@@ -209,3 +209,60 @@ def test_parity_judges_the_tasks_primary_metric_with_a_paired_interval() -> None
     strict = parity(regression("train.epochs=1", "task.tolerance=1e-12"), 1, "bf16", early_steps=0)
     assert strict.metric is not None and strict.metric.tolerance_source == "task.tolerance"
     assert strict.verdict == "FAIL" and strict.exit_code == 3  # bf16 moves the metric a little
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**__import__("os").environ, "PYTHONPATH": str(cwd)}
+    return subprocess.run(
+        [sys.executable, "-m", "tuitrain", *args],
+        capture_output=True, text=True, timeout=300, cwd=cwd, env=env,
+    )  # fmt: skip
+
+
+def train_records(run_dir: Path) -> dict[int, dict]:
+    out = {}
+    for line in (run_dir / "metrics.jsonl").open():
+        record = json.loads(line)
+        if record["type"] in ("train", "eval"):
+            out.setdefault(record["step"], {}).update(record)
+    return out
+
+
+@pytest.mark.slow
+def test_a_task_resumes_bit_identically_mid_interval(tmp_path: Path, repo_root: Path) -> None:
+    """Step 6 is inside a log interval (log_every 4): the task's metric sums of steps 5-6
+    come back from the checkpoint, so the straight and the resumed runs log the same mae."""
+    import shutil
+
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    args = ["--preset", REGRESSION, "--no-ui", "--set", "checkpoint.every_steps=6",
+            "--set", "checkpoint.keep=20"]  # fmt: skip
+    done = cli(*args, "--run-dir", str(straight), cwd=repo_root)
+    assert done.returncode == 0, done.stderr
+    (resumed / "checkpoints").mkdir(parents=True)
+    ckpt = resumed / "checkpoints" / "ckpt-step00000006.pt"
+    shutil.copy(straight / "checkpoints" / "ckpt-step00000006.pt", ckpt)
+    done = cli("--resume", str(ckpt), "--preset", REGRESSION, cwd=repo_root)
+    assert done.returncode == 0, done.stderr
+    a, b = train_records(straight), train_records(resumed)
+    assert sorted(b)[0] == 8 and sorted(b)[-1] == 48
+    for step in b:
+        for key in ("loss", "mae", "val_mae", "val_loss"):
+            assert a[step].get(key) == b[step].get(key), (step, key)
+
+
+@pytest.mark.slow
+def test_a_task_trains_under_ddp_with_its_metrics_merged(tmp_path: Path, repo_root: Path) -> None:
+    """Two gloo ranks: the dataset's own batches sharded by a DistributedSampler, the task's
+    train metric averaged over the ranks at log points, one eval per epoch on rank 0."""
+    run_dir = tmp_path / "ddp"
+    done = cli("--preset", REGRESSION, "--nproc", "2", "--no-ui", "--set", "train.epochs=1",
+               "--run-dir", str(run_dir), cwd=repo_root)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    header = records[0]
+    assert header["world_size"] == 2 and header["task"]["primary"] == "val_mae"
+    trains = [r for r in records if r["type"] == "train"]
+    assert len(trains) == 2 and all(r["mae"] > 0 for r in trains)  # 512 / 2 / 32 = 8 steps
+    assert len(trains[0]["rank_step_time_s"]) == 2
+    assert [r for r in records if r["type"] == "eval"][-1]["val_mae"] > 0

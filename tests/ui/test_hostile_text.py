@@ -308,3 +308,50 @@ async def test_the_preset_picker_shows_names_and_descriptions_literally() -> Non
         assert "\x1b" not in shown[0] and "\x07" not in shown[0]
         assert shown[2].startswith(MARK)
         assert app._exception is None
+
+
+async def test_the_metrics_screen_shows_hostile_metric_names_literally() -> None:
+    """A task's metric names come from the user's code and the records: every chart title
+    and the Loss panel show them literally (brackets, escapes, controls), whatever the
+    numbers beside them."""
+    from tuitrain.ui.screens.metrics import MetricsScreen
+
+    app = TuitrainApp(store=MetricStore())
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = MetricsScreen()
+        await app.push_screen(screen)
+        await pilot.pause()
+
+        @given(text=hostile_text, number=odd_number)
+        @settings(
+            max_examples=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        )
+        def check(text: str, number: Any) -> None:
+            name = f"{MARK}{text}"[:64]
+            store = MetricStore()
+            task = {
+                "name": text, "primary": f"val_{name}", "mode": text, "tolerance": number,
+                "metrics": [
+                    {"name": name, "split": "train", "goal": "max", "format": text},
+                    {"name": f"val_{name}", "split": "val", "goal": "min", "format": "pct"},
+                ],
+            }  # fmt: skip
+            store.push({"type": "header", "preset": text, "task": task})
+            store.push({"type": "train", "step": 1, "loss": 1.0, name: number})
+            store.push({"type": "train", "step": 2, "loss": 0.5, name: 0.25})
+            store.push({"type": "eval", "step": 2, "epoch": number, f"val_{name}": number})
+            app.store = store
+            screen.redraw()
+            # the titles as drawn (border_title's getter gives markup back, re-escaped)
+            titles = [chart._border_title.plain for chart in screen.charts.values()]
+            assert titles and all("\x1b" not in t for t in titles)
+            shown = "".join(titles)
+            assert MARK in shown
+            panel = next(p for p in app.panels if p.id == "loss")
+            panel.refresh_text(Frame(store.snapshot()))
+
+        check()
+        await pilot.pause(0.2)
+        assert app._exception is None

@@ -195,7 +195,9 @@ def format_metric(value: float | None, fmt: str = "float") -> str:
         return "–"
     if fmt == "pct":
         return f"{value * 100:.2f}%"
-    return f"{value:.4f}" if 1e-3 <= abs(value) < 1e5 else f"{value:.4g}"
+    if 1e4 <= abs(value) < 1e15:
+        return f"{value:,.0f}"  # a rate: 28,652
+    return f"{value:.4f}" if 1e-3 <= abs(value) < 1e4 else f"{value:.4g}"
 
 
 # --------------------------------------------------------------------------- events, end

@@ -97,7 +97,13 @@ class TuitrainApp(SessionApp):
             tooltip=f"Record CUDA memory for {MEMORY_STEPS} steps (pytorch.org/memory_viz)",
         ),
         Binding("l", "toggle_log_y", "Log y", tooltip="Loss chart: log-scale y axis, or linear"),
-        Binding("g", "metrics", "Metrics", tooltip="One chart per metric of the run's task"),
+        Binding(
+            "g",
+            "metrics",
+            "Metrics",
+            show=False,  # the footer is full at 80 columns; ? lists it
+            tooltip="One chart per metric of the run's task (/ filters them)",
+        ),
         Binding(
             "slash",
             "filter_metrics",

@@ -26,6 +26,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tuitrain.metrics.format import DASH
+from tuitrain.metrics.records import format_metric, task_declaration
 from tuitrain.metrics.store import MetricStore, Series, Snapshot
 from tuitrain.ui.screens.help import HelpScreen, binding_commands
 from tuitrain.ui.stopping import StoppingApp
@@ -80,6 +81,12 @@ class RunSummary:
     val_acc: float | None
     median_tflops: float | None = None
     median_mfu: float | None = None
+    # the task's primary metric (header declaration): its field, column label and format;
+    # classification: val_acc, "val acc", pct (val_acc above holds it too)
+    metric_key: str = "val_acc"
+    metric_label: str = "val acc"
+    metric_format: str = "pct"
+    metric: float | None = None
 
 
 def run_label(snap: Snapshot, path: Path) -> str:
@@ -98,6 +105,12 @@ def summarize(snap: Snapshot, path: Path) -> RunSummary:
     acc = (snap.last_eval or {}).get("val_acc")
     if acc is None and snap.end is not None:
         acc = snap.end.get("val_acc")
+    task = task_declaration(snap.header)
+    key = task["primary"] or "val_loss"
+    fmt = next((m["format"] for m in task["metrics"] if m["name"] == key), "float")
+    value = (snap.last_eval or {}).get(key)
+    if value is None and snap.end is not None:
+        value = snap.end.get(key)
     state = derived_state(snap)
     if snap.header is None and not path.exists():
         state = "waiting"
@@ -114,6 +127,10 @@ def summarize(snap: Snapshot, path: Path) -> RunSummary:
         val_acc=float(acc) if isinstance(acc, (int, float)) else None,
         median_tflops=median(snap.get("tflops").ys),
         median_mfu=median(snap.get("mfu").ys),
+        metric_key=key,
+        metric_label="val acc" if key == "val_acc" else key[:12],
+        metric_format=fmt,
+        metric=float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None,
     )
 
 
@@ -138,14 +155,19 @@ def comparison_text(a: RunSummary, b: RunSummary) -> str:
     flops_ratio = None
     if a.median_tflops and b.median_tflops is not None:
         flops_ratio = b.median_tflops / a.median_tflops
-    gap = acc_gap_points(a, b)
+    same = a.metric_key == b.metric_key
+    pct = a.metric_format == "pct"
+    gap = None
+    if same and a.metric is not None and b.metric is not None:
+        gap = (b.metric - a.metric) * (100 if pct else 1)
     ratio_text = DASH if ratio is None else f"×{ratio:.2f}"
     if gap is None:
-        gap_text = f"{DASH} [$foreground-muted](after an evaluation of each)[/]"
+        why = "after an evaluation of each" if same else "the runs' primary metrics differ"
+        gap_text = f"{DASH} [$foreground-muted]({why})[/]"
     else:
         final = a.state != "running" and b.state != "running"
         note = "" if final else " [$foreground-muted](not final)[/]"
-        gap_text = f"{gap:+.2f} pt{note}"
+        gap_text = f"{gap:+.2f} pt{note}" if pct else f"{gap:+.4g}{note}"
     flops_text = (
         ""
         if flops_ratio is None
@@ -153,7 +175,7 @@ def comparison_text(a: RunSummary, b: RunSummary) -> str:
     )
     return (
         f"[$foreground-muted]median samples/s[/] B/A [b]{ratio_text}[/b]   {flops_text}"
-        f"[$foreground-muted]val acc[/] B−A [b]{gap_text}[/b]"
+        f"[$foreground-muted]{escape(a.metric_label)}[/] B−A [b]{gap_text}[/b]"
     )
 
 
@@ -178,16 +200,17 @@ def table_text(rows: Sequence[tuple[Source, RunSummary]], width: int) -> str:
     perf = width - fixed - perf_w - 1 >= min(longest, 44)
     label_w = max(8, min(44, width - fixed - (perf_w if perf else 0) - 1))
     perf_head = f" {'TFLOP/s':>7} {'MFU':>5}" if perf else ""
+    metric_label = rows[0][1].metric_label if rows else "val acc"
     head = (
         f"    {'run':<{label_w}} {'status':<9} {'step':>10} {'loss':>7} "
-        f"{'samples/s':>9}{perf_head} {'val acc':>7}"
+        f"{'samples/s':>9}{perf_head} {metric_label:>7}"
     )
     lines = [f"[$foreground-muted]{escape(head)}[/]"]
     for source, s in rows:
         label = s.label if len(s.label) <= label_w else s.label[: label_w - 1] + "…"
         style = STATE_STYLE.get(s.state, "$foreground")
         step = DASH if s.step is None else f"{s.step:,}"
-        acc = DASH if s.val_acc is None else f"{100 * s.val_acc:.2f}%"
+        acc = DASH if s.metric is None else format_metric(s.metric, s.metric_format)
         mfu = DASH if s.median_mfu is None else f"{100 * s.median_mfu:.1f}%"
         perf_cells = f" {tflops_cell(s.median_tflops):>7} {mfu:>5}" if perf else ""
         lines.append(

@@ -18,7 +18,8 @@ PANELS = (
     "Throughput: samples/s and step time · Memory: this process's allocator (alloc/reserved/"
     "peak) and the GPU's memory in use by all processes, with its utilisation; host RSS on "
     "CPU · GradScaler: fp16 loss scale on a log2 axis · Data wait: share of step time "
-    "waiting for the loader, with a verdict · Events: compile, epochs, warnings, errors"
+    "waiting for the loader, with a verdict · Events: compile, epochs, warnings, errors · "
+    "Metrics (g): one chart per metric of the run's task, / filters them by name"
 )
 
 

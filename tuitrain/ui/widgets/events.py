@@ -7,6 +7,7 @@ happened; only records not yet shown are written (the log is append-only).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rich.console import RenderableType
@@ -16,7 +17,7 @@ from rich.text import Text
 from textual.widgets import RichLog
 
 from tuitrain.metrics.format import format_number, precision_label
-from tuitrain.metrics.records import Record
+from tuitrain.metrics.records import Record, eval_metric_items, format_metric
 from tuitrain.metrics.sinks import SEQ_KEY, STEP_KEY
 from tuitrain.metrics.store import Snapshot
 from tuitrain.text import strip_controls
@@ -53,6 +54,13 @@ def eval_line(rec: Record) -> str:
     acc = as_number(rec.get("val_acc"))
     loss_text = f"val_loss {loss:.4f}" if loss is not None else "val_loss —"
     acc_text = f" · val_acc {acc * 100:.2f}%" if acc is not None else ""
+    for name, value in eval_metric_items(rec):  # a task's other validation metrics
+        if name not in ("val_loss", "val_acc") and value is not None:
+            acc_text += f" · {name} {format_metric(value)}"
+    epoch = as_number(rec.get("epoch"))
+    if epoch is not None and math.isfinite(epoch) and not float(epoch).is_integer():
+        # train.eval_every: an evaluation mid-epoch
+        return f"step {format_number(rec.get('step'))}: {loss_text}{acc_text}"
     return f"epoch {format_number(rec.get('epoch'))} done: {loss_text}{acc_text}"
 
 

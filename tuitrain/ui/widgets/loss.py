@@ -106,7 +106,7 @@ class LossPanel(Panel):
             )
         text = (
             f"{line1}\n[$warning]val[/] {_fmt_loss(ev.get('val_loss'))}  "
-            f"{metric}[$foreground-muted](epoch {format_number(ev.get('epoch'))})[/]"
+            f"{metric}[$foreground-muted](epoch {esc(format_number(ev.get('epoch')))})[/]"
         )
         best = best_eval(snap)
         primary = task_declaration(snap.header)["primary"]
@@ -119,7 +119,7 @@ class LossPanel(Panel):
             label = "best" if shown is not None and shown[0] == primary else f"best {esc(primary)}"
             text += (
                 f" [$foreground-muted]· {label} {format_metric(best[primary], fmt)}"
-                f" (epoch {format_number(best.get('epoch'))})[/]"
+                f" (epoch {esc(format_number(best.get('epoch')))})[/]"
             )
         return text
 
