@@ -170,8 +170,8 @@ def test_export_carries_the_tasks_metrics(tmp_path: Path) -> None:
     import csv
 
     from tuitrain.export import main as export_main
-    from tuitrain.export import scalars
     from tuitrain.metrics.sinks import JsonlSink
+    from tuitrain.metrics.tensorboard import scalars
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
