@@ -386,7 +386,10 @@ class Trainer:
                 self.val_correct = None
         p.model.train()
         names = list(sums)
-        means = (torch.stack([sums[n] for n in names]) / max(count, 1)).tolist() if names else []
+        # the sums on the host (float32 on the device, as the loss sum always was), divided
+        # there in double precision
+        totals = torch.stack([sums[n].float() for n in names]).tolist() if names else []
+        means = [total / max(count, 1) for total in totals]
         self.meter.note_sync()  # sync point: once per evaluation
         record: dict[str, Any] = {
             "type": "eval",
