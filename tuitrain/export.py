@@ -3,7 +3,7 @@ people already use (pandas and spreadsheets, TensorBoard). Reads metrics.jsonl o
 is never touched. TensorBoard needs the `tensorboard` package (`pip install
 'tuitrain[tensorboard]'`); without it, one sentence and exit 2.
 
-`tuitrain.metrics.tensorboard.TensorBoardSink` writes the same scalars during a run when the
+`tuitrain.engine.tensorboard.TensorBoardSink` writes the same scalars during a run when the
 preset asks for it (`run.tensorboard = true`: event files in RUN_DIR/tensorboard).
 """
 
@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from tuitrain.engine.tensorboard import scalars, summary_writer
 from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError
 from tuitrain.metrics.records import (
     TRAIN_FIELDS,
@@ -29,7 +30,6 @@ from tuitrain.metrics.records import (
     clean_record,
     task_declaration,
 )
-from tuitrain.metrics.tensorboard import scalars, summary_writer
 from tuitrain.safefile import open_nofollow, open_regular, regular_or_missing, replacing
 
 # CSV columns: one row per train or eval record, validation columns filled on eval rows.

@@ -267,7 +267,7 @@ class RunHost:
                 sinks.append(TimelineStoreSink(self.store))
             sinks += self.outputs(self, log) if self.is_main else [ConsoleSink(log, log)]
             if self.is_main and self.cfg.run.tensorboard:
-                from tuitrain.metrics.tensorboard import TensorBoardSink
+                from tuitrain.engine.tensorboard import TensorBoardSink
 
                 sinks.append(TensorBoardSink(run_dir / "tensorboard"))
             sink: Sink = _Failover(FanOutSink(*sinks), self)

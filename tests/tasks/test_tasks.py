@@ -169,9 +169,9 @@ def test_a_user_task_runs_from_the_command_line(tmp_path: Path, repo_root: Path)
 def test_export_carries_the_tasks_metrics(tmp_path: Path) -> None:
     import csv
 
+    from tuitrain.engine.tensorboard import scalars
     from tuitrain.export import main as export_main
     from tuitrain.metrics.sinks import JsonlSink
-    from tuitrain.metrics.tensorboard import scalars
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -2,7 +2,8 @@
 
 `tuitrain export --format tensorboard` writes a finished run's records with `scalars`;
 `TensorBoardSink` writes the same scalars while a run goes (`run.tensorboard = true`). The
-task's own metrics go under `train/<name>` and `val/<name>`.
+task's own metrics go under `train/<name>` and `val/<name>`. In the engine's layer, not in
+`metrics/` (torch-free): the writer is torch's (`torch.utils.tensorboard`, imported lazily).
 """
 
 from __future__ import annotations
