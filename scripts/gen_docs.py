@@ -1,6 +1,6 @@
 """Write the CLI and config references from the code: `python scripts/gen_docs.py`.
 
-docs/cli.md: every subcommand (`tuitrain`, `parity`, `watch`, `export`) and every flag, from
+docs/cli.md: every subcommand (`tuitrain`, `parity`, `watch`, `export`, `run`) and every flag, from
 the argparse parsers the commands use. docs/config.md: every preset key with its type,
 default, range and doc, from the config dataclasses' field metadata. `tests/test_docs.py`
 regenerates both and fails when the files in docs/ differ: run this script after changing a
@@ -28,6 +28,7 @@ def parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     from tuitrain.cli import build_parser as main_parser
     from tuitrain.export import build_parser as export_parser
     from tuitrain.parity_cli import build_parser as parity_parser
+    from tuitrain.script import build_parser as run_parser
     from tuitrain.watch import build_parser as watch_parser
 
     return [
@@ -35,6 +36,7 @@ def parsers() -> list[tuple[str, argparse.ArgumentParser]]:
         ("tuitrain parity", parity_parser()),
         ("tuitrain watch", watch_parser()),
         ("tuitrain export", export_parser()),
+        ("tuitrain run", run_parser()),
     ]
 
 

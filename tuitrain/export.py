@@ -28,7 +28,9 @@ from tuitrain.metrics.records import (
     TRAIN_FIELDS,
     Record,
     clean_record,
+    eval_metric_items,
     task_declaration,
+    train_metric_items,
 )
 from tuitrain.safefile import open_nofollow, open_regular, regular_or_missing, replacing
 
@@ -146,7 +148,27 @@ def _run_files(run_dir: Path, limit: int = 10_000) -> Iterator[os.stat_result]:
                 yield os.stat(os.path.join(folder, name))
 
 
-def csv_columns(header: Record | None) -> tuple[str, ...]:
+def undeclared_columns(records: Iterable[Record], limit: int = 256) -> list[str]:
+    """The metric fields of a run whose header declares none (a script's run through the
+    client): every train field outside the contract and every eval field, in the order
+    first seen (one streaming pass; at most `limit`)."""
+    seen: dict[str, None] = {}
+    for record in records:
+        if record.get("type") == "train":
+            items = [k for k, _ in train_metric_items(record)] + (
+                ["tokens_per_s"] if "tokens_per_s" in record else []
+            )
+        elif record.get("type") == "eval":
+            items = [k for k, _ in eval_metric_items(record)]
+        else:
+            continue
+        for key in items:
+            if key not in seen and len(seen) < limit:
+                seen[key] = None
+    return list(seen)
+
+
+def csv_columns(header: Record | None, undeclared: Sequence[str] = ()) -> tuple[str, ...]:
     """CSV_COLUMNS, with the task's own metrics its header declares (and tokens/s where the
     task counts tokens): train metrics before the validation columns, the other validation
     metrics after them. A classification run's columns are CSV_COLUMNS exactly."""
@@ -155,7 +177,10 @@ def csv_columns(header: Record | None) -> tuple[str, ...]:
     task = task_declaration(header)
     train = [m["name"] for m in task["metrics"] if m["split"] == "train"]
     val = [m["name"] for m in task["metrics"] if m["split"] == "val"]
-    tokens = ["tokens_per_s"] if (header.get("task") or {}).get("tokens") else []
+    train += [n for n in undeclared if not n.startswith("val_")]
+    val += [n for n in undeclared if n.startswith("val_")]
+    task_raw = header.get("task")
+    tokens = ["tokens_per_s"] if isinstance(task_raw, dict) and task_raw.get("tokens") else []
     base = [c for c in CSV_COLUMNS if c not in ("val_loss", "val_acc")]
     known = set(CSV_COLUMNS) | set(tokens)
     extra_train = [n for n in train if n not in known]
@@ -164,7 +189,9 @@ def csv_columns(header: Record | None) -> tuple[str, ...]:
 
 
 def csv_rows(
-    records: Iterable[Record], columns: list[tuple[str, ...]] | None = None
+    records: Iterable[Record],
+    columns: list[tuple[str, ...]] | None = None,
+    undeclared: Sequence[str] = (),
 ) -> Iterator[dict[str, Any]]:
     """One row per train or eval record; `columns` (a one-item list) is set from the first
     header, before the first row."""
@@ -173,7 +200,7 @@ def csv_rows(
     for record in records:
         if record.get("type") == "header" and not seen_header:
             seen_header = True
-            box[0] = csv_columns(record)
+            box[0] = csv_columns(record, undeclared)
         elif record.get("type") in ("train", "eval"):
             seen_header = True  # a header after the first row changes no column
             yield {key: _cell(record.get(key)) for key in box[0]}
@@ -185,14 +212,14 @@ def _cell(value: Any) -> Any:
     return "" if value is None or isinstance(value, (list, dict)) else value
 
 
-def write_csv(records: Iterable[Record], out: Path) -> int:
+def write_csv(records: Iterable[Record], out: Path, undeclared: Sequence[str] = ()) -> int:
     """Rows streamed to a temp file beside `out`, renamed over it at the end: a failed
     export leaves no half-written CSV (and an existing one intact)."""
     rows = 0
     columns = [CSV_COLUMNS]
     with replacing(out) as tmp, open_nofollow(tmp, "w", newline="", encoding="utf-8") as f:
         writer = None
-        for row in csv_rows(records, columns):
+        for row in csv_rows(records, columns, undeclared):
             if writer is None:
                 writer = csv.DictWriter(f, fieldnames=columns[0])
                 writer.writeheader()
@@ -216,6 +243,17 @@ def write_tensorboard(records: Iterable[Record], folder: Path) -> int:
     return count
 
 
+def scan_undeclared(metrics: Path) -> list[str]:
+    """A script's run (its header declares no metric): one more streaming pass finds them."""
+    first = next(iter(Reading(metrics)), None)
+    task = (first or {}).get("task")
+    if first is None or first.get("type") != "header":
+        return []
+    if isinstance(task, dict) and task.get("metrics"):
+        return []  # declared in the header
+    return undeclared_columns(Reading(metrics))
+
+
 def leave_on_signal(signum: int, _frame: object) -> None:
     """SIGTERM or SIGHUP: leave as Ctrl-C does, through the cleanup (no temp file is left)."""
     raise SystemExit(128 + signum)
@@ -234,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.format == "csv":
             if out.is_dir():
                 raise ExportError(f"--out {out} is a folder; name the CSV file to write.")
-            count = write_csv(reading, out)
+            count = write_csv(reading, out, scan_undeclared(metrics))
             what = f"{count} rows"
         else:
             if out.exists() and not out.is_dir():

@@ -1,0 +1,41 @@
+"""`tuitrain run`'s dashboard over a real child script: its metrics and output live, `q`
+stops the script (SIGINT) and the run keeps an end record."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.ui.pilot_tools import wait_for
+from tuitrain.script import Script
+from tuitrain.ui.script_app import ScriptApp
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ROOT / "tests" / "client" / "scripts"
+pytestmark = pytest.mark.timeout(120)
+
+
+async def test_q_stops_a_live_script_and_the_run_has_an_end_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    script = Script([sys.executable, str(SCRIPTS / "forever.py")], tmp_path / "run", 5.0)
+    app = ScriptApp(script)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: len(app.store.snapshot().get("loss")) >= 10, 60, "steps")
+        await wait_for(pilot, lambda: len(app.output_log.lines) >= 1, 10, "the output pane")
+        assert any("step 10" in strip.text for strip in app.output_log.lines)
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, 30, "the exit after the script")
+    assert script.proc.poll() is not None
+    code = script.finish()
+    assert code == 0 and app.return_value == 0
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    end = json.loads(lines[-1])
+    assert end["type"] == "end" and end["status"] == "completed"  # the script's finish()
+    assert "interrupted at step" in (tmp_path / "run" / "output.log").read_text()
+    assert os.environ["PYTHONPATH"] == str(ROOT)

@@ -1,0 +1,85 @@
+"""`tuitrain.lightning.TuitrainLogger`: a Lightning `Logger`, like `CSVLogger` or `WandbLogger`.
+
+    from tuitrain.lightning import TuitrainLogger
+    trainer = L.Trainer(logger=TuitrainLogger(), log_every_n_steps=20)
+
+`log_metrics` gets what `self.log(...)` logged, already host numbers: Lightning converts the
+tensors only every `log_every_n_steps`, so the logger adds no sync of its own. Keys follow the
+client's rule (`val_loss`, `val/acc` -> evaluation; `train_loss`, `loss` -> the loss); the
+hyperparameters are the run's config; `finalize(status)` writes the end record. Rank zero
+only (Lightning calls loggers on every rank; the other ranks write nothing). Needs the
+`lightning` package (`pip install lightning`).
+"""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from collections.abc import Mapping
+from typing import Any
+
+try:
+    from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
+    from lightning.pytorch.utilities import rank_zero_only
+except ImportError as exc:  # pragma: no cover - said in one sentence
+    raise ImportError(
+        "tuitrain.lightning needs the lightning package: pip install lightning"
+    ) from exc
+
+from tuitrain import client
+
+LIGHTNING_STATUS = {"success": ("completed", "Lightning finished"),
+                    "failed": ("failed", "Lightning reported a failure"),
+                    "finished": ("completed", "Lightning finished")}  # fmt: skip
+
+
+class TuitrainLogger(Logger):
+    """Writes the Trainer's metrics as a tuitrain run (`run_dir`, else TUITRAIN_RUN_DIR, else
+    runs/<name>-<timestamp>)."""
+
+    def __init__(self, run_dir: str | None = None, name: str | None = None, **options: Any) -> None:
+        super().__init__()
+        self._run_dir, self._name, self._options = run_dir, name, options
+        self._run: client.Run | None = None
+
+    @property
+    def name(self) -> str:
+        return self._name or "lightning"
+
+    @property
+    def version(self) -> str:
+        return str(self.experiment.dir.name) if self._run is not None else "0"
+
+    @property
+    def save_dir(self) -> str | None:
+        return str(self._run.dir) if self._run is not None else self._run_dir
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> client.Run:
+        if self._run is None:
+            self._run = client.init(self._run_dir, None, self.name, **self._options)
+        return self._run
+
+    @rank_zero_only
+    def log_hyperparams(
+        self, params: Mapping[str, Any] | Namespace, *args: Any, **kwargs: Any
+    ) -> None:
+        values = vars(params) if isinstance(params, Namespace) else dict(params or {})
+        self.experiment.update_config(values)
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        data = {k: v for k, v in metrics.items() if k != "epoch"}
+        if "epoch" in metrics:
+            data["epoch"] = metrics["epoch"]
+        self.experiment.log(data, step)
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        if self._run is None or self._run.finished:
+            return
+        state, reason = LIGHTNING_STATUS.get(status, ("completed", f"Lightning: {status}"))
+        if self._run._exc is not None or self._run._signal is not None:
+            self._run.finish()  # an exception or a signal says more than the status
+        else:
+            self._run.finish(status=state, reason=reason)
