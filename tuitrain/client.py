@@ -260,6 +260,7 @@ class Run:
             self.sink.write(end)
             self.sink.close()
         self._lock_file.release()
+        self._unhook()
         if _current is self:
             _current = None
 
@@ -421,10 +422,20 @@ class Run:
             previous(kind, exc, tb)
 
         sys.excepthook = hook
+        self._handled: list[int] = []
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGHUP):
                 if signal.getsignal(signum) == signal.SIG_DFL:
                     signal.signal(signum, self._on_signal)
+                    self._handled.append(signum)
+
+    def _unhook(self) -> None:
+        """The signals' default handling back (finish; the main thread only)."""
+        if threading.current_thread() is threading.main_thread():
+            for signum in self._handled:
+                if signal.getsignal(signum) == self._on_signal:
+                    signal.signal(signum, signal.SIG_DFL)
+        self._handled = []
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self._signal = signal.Signals(signum).name
@@ -468,7 +479,8 @@ class _Batch:
         import torch
 
         for device, slots in self._slots.items():
-            stacked = torch.stack([t.detach().reshape(()).to(torch.float64) for _, _, t in slots])
+            dtype = torch.float32 if device.type == "mps" else torch.float64  # MPS: no fp64
+            stacked = torch.stack([t.detach().reshape(()).to(dtype) for _, _, t in slots])
             if device.type == "cuda":
                 host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
                 host.copy_(stacked, non_blocking=True)

@@ -82,7 +82,7 @@ def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Confi
     return config_from_dict(raw, name=preset), state
 
 
-FACTORY_KEYS = ("model.name", "data.name")  # 'package.module:function', imported and called
+FACTORY_KEYS = ("task.name", "model.name", "data.name")  # imported and called
 COMMAND_KEYS = ("alerts.on_alert",)  # a shell command
 
 

@@ -266,3 +266,23 @@ def test_a_task_trains_under_ddp_with_its_metrics_merged(tmp_path: Path, repo_ro
     assert len(trains) == 2 and all(r["mae"] > 0 for r in trains)  # 512 / 2 / 32 = 8 steps
     assert len(trains[0]["rank_step_time_s"]) == 2
     assert [r for r in records if r["type"] == "eval"][-1]["val_mae"] > 0
+
+
+@pytest.mark.slow
+def test_a_checkpoint_naming_a_task_factory_is_not_trusted_by_itself(
+    tmp_path: Path, repo_root: Path
+) -> None:
+    """Resuming imports and calls the task factory the checkpoint names: only when the user
+    names it too (a --set or the preset), as for the model and data factories."""
+    run_dir = tmp_path / "run"
+    done = cli("--preset", REGRESSION, "--no-ui", "--run-dir", str(run_dir), cwd=repo_root)
+    assert done.returncode == 0, done.stderr
+    ckpt = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[-1]
+    trusted = ["--set", "model.name='tests.tasks.user_tasks:regressor'",
+               "--set", "data.name='tests.tasks.user_tasks:regression_data'"]  # fmt: skip
+    done = cli("--resume", str(ckpt), "--epochs", "4", *trusted, cwd=repo_root)
+    assert done.returncode == 2
+    assert "names task.name = 'tests.tasks.user_tasks:regression_task'" in done.stderr
+    task = ["--set", "task.name='tests.tasks.user_tasks:regression_task'"]
+    done = cli("--resume", str(ckpt), "--epochs", "4", *trusted, *task, cwd=repo_root)
+    assert done.returncode == 0, done.stderr
