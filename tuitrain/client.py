@@ -173,6 +173,9 @@ class Run:
         self._exc: tuple[str, str] | None = None  # an uncaught exception: (type, message)
         self._signal: str | None = None
         self.last_step: int | None = None
+        if alerts is None and os.environ.get("TUITRAIN_ALERTS"):  # from tuitrain run --alert
+            with contextlib.suppress(ValueError, TypeError):
+                alerts = dict(json.loads(os.environ["TUITRAIN_ALERTS"]))
         rules = {k: v for k, v in dict(alerts or {}).items()}
         for key, action in list(rules.items()):
             if isinstance(action, str) and action not in CLIENT_ALERT_ACTIONS and key != "on_alert":

@@ -34,6 +34,7 @@ import tuitrain
 from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError
 
 GRACE_S = 10.0
+TREE_EVERY_S = 30.0  # --no-ui: a line on the script's process tree this often
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -52,6 +53,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=GRACE_S,
         help=f"seconds between SIGINT and SIGTERM when stopping the script (default {GRACE_S:g})",
     )
+    p.add_argument(
+        "--alert",
+        action="append",
+        default=[],
+        metavar="RULE=ACTION",
+        help="an alert rule's action for the script's run (repeatable): RULE one of "
+        "loss_spike, nonfinite_metric, throughput_drop, memory_creep, input_bound, ...; "
+        "ACTION off, warn or stop (stop: the client sets run.should_stop, and tuitrain run "
+        "asks the script to stop as q does)",
+    )
+    p.add_argument(
+        "--on-alert",
+        metavar="CMD",
+        help="a shell command run once per alert, the alert as one JSON object on its stdin",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
     return p
 
@@ -64,16 +80,72 @@ def script_name(command: Sequence[str]) -> str:
     return Path(command[0]).name or "script"
 
 
+def alert_rules(items: Sequence[str]) -> dict[str, str]:
+    """`--alert RULE=ACTION` items, checked: one sentence for a bad one."""
+    from tuitrain.metrics.alerts import RULES
+
+    rules: dict[str, str] = {}
+    for item in items:
+        rule, _, action = item.partition("=")
+        rule, action = rule.strip(), action.strip()
+        if rule not in RULES:
+            raise UserError(f"--alert {item!r}: no rule {rule!r}; rules: {', '.join(RULES)}.")
+        if action not in ("off", "warn", "stop"):
+            raise UserError(
+                f"--alert {item!r}: the action must be off, warn or stop (a script cannot be"
+                " paused or checkpointed from outside)."
+            )
+        rules[rule] = action
+    return rules
+
+
+class AlertActions:
+    """What `tuitrain run` does with the alert events the client writes: a `stop` asks the
+    script to stop (for loops that do not poll run.should_stop), `--on-alert` runs."""
+
+    def __init__(self, script: Script, on_alert: str | None, say: Callable[[str], None]) -> None:
+        self.script, self.on_alert, self.say = script, on_alert, say
+        self.hooks: list[threading.Thread] = []
+
+    def see(self, record: dict[str, Any]) -> None:
+        if record.get("type") != "event" or record.get("kind") != "alert":
+            return
+        if record.get("action") == "stop" and self.script.proc.poll() is None:
+            self.say(f"alert {record.get('alert')}: asking the script to stop (SIGINT)")
+            self.script.request_stop()
+        if self.on_alert:
+            payload = json.dumps(record)
+            thread = threading.Thread(target=self._hook, args=(payload,), daemon=True)
+            thread.start()
+            self.hooks.append(thread)
+
+    def _hook(self, payload: str) -> None:
+        with contextlib.suppress(Exception):
+            subprocess.run(
+                self.on_alert or "", shell=True, input=payload, text=True, timeout=60,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+
+    def close(self) -> None:
+        for thread in self.hooks:
+            thread.join(timeout=60)
+
+
 class Script:
     """The child process, its output pump and the run dir's end record."""
 
-    def __init__(self, command: list[str], run_dir: Path, grace_s: float) -> None:
+    def __init__(
+        self, command: list[str], run_dir: Path, grace_s: float,
+        alerts: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self.command, self.run_dir, self.grace_s = command, run_dir, grace_s
         self.metrics = run_dir / "metrics.jsonl"
         self.started = time.monotonic()
         self.stop_asked: float | None = None
         self.signal_name: str | None = None
         env = {**os.environ, "TUITRAIN_RUN_DIR": str(run_dir), "PYTHONUNBUFFERED": "1"}
+        if alerts:
+            env["TUITRAIN_ALERTS"] = json.dumps(alerts)  # the client's rules
         run_dir.mkdir(parents=True, exist_ok=True)
         self.output = open(run_dir / "output.log", "ab", buffering=0)  # noqa: SIM115
         try:
@@ -198,7 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         refuse_if_held(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        script = Script(command, run_dir, args.grace_s)
+        alerts = alert_rules(args.alert)
+        script = Script(command, run_dir, args.grace_s, alerts)
     except UserError as exc:
         print(f"tuitrain run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -209,8 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     print(f"tuitrain run: {' '.join(command)} (run dir {run_dir})", file=sys.stderr)
     if args.no_ui or not (sys.stdin.isatty() and sys.stdout.isatty()):
-        return run_headless(script)
-    return run_dashboard(script)
+        return run_headless(script, args.on_alert)
+    return run_dashboard(script, args.on_alert)
 
 
 def forward_signals(script: Script) -> Callable[[], None]:
@@ -232,17 +305,26 @@ def forward_signals(script: Script) -> Callable[[], None]:
     return undo
 
 
-def run_headless(script: Script) -> int:
+def run_headless(script: Script, on_alert: str | None = None) -> int:
     """The script's output and the run's records as line logs, until the script ends."""
     from tuitrain.metrics.format import format_record
 
     out: IO[str] = sys.stdout
     script.listeners.append(lambda line: print(line, file=out, flush=True))
+    from tuitrain.proctree import TreeSampler
+
     undo = forward_signals(script)
     tail = Tail(script.metrics)
+    tree, said = TreeSampler(script.proc.pid), time.monotonic()
+    actions = AlertActions(script, on_alert, lambda text: print(f"[tuitrain] {text}", file=out))
+    tree.sample()  # the CPU share is measured from here
     try:
         while script.proc.poll() is None:
+            if time.monotonic() - said >= TREE_EVERY_S:
+                said = time.monotonic()
+                print(f"[tuitrain] {tree.sample().text()}", file=out, flush=True)
             for record in tail.read():
+                actions.see(record)
                 if record.get("type") != "header" and (text := format_record(record)):
                     print(f"[tuitrain] {text}", file=out, flush=True)
             script.escalate()
@@ -251,8 +333,10 @@ def run_headless(script: Script) -> int:
         undo()
     code = script.finish()
     for record in tail.read():
+        actions.see(record)
         if record.get("type") != "header" and (text := format_record(record)):
             print(f"[tuitrain] {text}", file=out, flush=True)
+    actions.close()
     return code
 
 
@@ -282,12 +366,12 @@ class Tail:
         return out
 
 
-def run_dashboard(script: Script) -> int:
+def run_dashboard(script: Script, on_alert: str | None = None) -> int:
     from tuitrain.ui.script_app import ScriptApp
 
     undo = forward_signals(script)
     try:
-        app = ScriptApp(script)
+        app = ScriptApp(script, on_alert)
         app.run()
     finally:
         undo()

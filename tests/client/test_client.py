@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -129,3 +131,33 @@ def test_the_wandb_module_keeps_configs_and_summaries(tmp_path: Path) -> None:
         {"batch": 8}, {"width": 4}]  # fmt: skip
     assert recs[-1]["summary"]["best"] == 0.5
     assert wandb.Image is not None  # unsupported: a no-op class
+
+
+def test_the_process_tree_sampler_sees_a_child_and_its_memory() -> None:
+    import subprocess
+    import sys
+    import time
+
+    from tuitrain.proctree import TreeSampler, tree_pids
+
+    code = "import subprocess, sys, time\nx = bytearray(150_000_000)\n"
+    code += "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+    code += "end = time.monotonic() + 30\nwhile time.monotonic() < end: pass\n"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        sampler = TreeSampler(proc.pid)
+        deadline = time.monotonic() + 20
+        while len(tree_pids(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        sampler.sample()
+        time.sleep(1.0)
+        sample = sampler.sample()
+        assert sample.processes == 2  # the script and its child
+        assert sample.rss_bytes is not None and sample.rss_bytes > 150_000_000
+        assert sample.cpu_pct is not None and sample.cpu_pct > 50  # the busy loop
+        assert "2 processes" in sample.text() and "RSS" in sample.text()
+    finally:
+        for pid in tree_pids(proc.pid)[::-1]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        proc.wait()

@@ -121,3 +121,29 @@ def test_signals_reach_the_script(tmp_path: Path, script: str, signum: int, stat
         assert proc.returncode == 143 and end["reason"] == "stopped by SIGTERM"
     else:
         assert proc.returncode in (0, 143)
+
+
+def test_an_alert_with_action_stop_stops_the_script_and_runs_on_alert(tmp_path: Path) -> None:
+    run_dir, hook = tmp_path / "spiky", tmp_path / "alert.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "tuitrain", "run", "--run-dir", str(run_dir), "--no-ui",
+         "--alert", "loss_spike=stop", "--on-alert", f"cat > {hook}", "--",
+         sys.executable, str(SCRIPTS / "spiky.py")],
+        capture_output=True, text=True, timeout=120, env=env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "should_stop=True" in done.stdout
+    assert "alert loss_spike: asking the script to stop (SIGINT)" in done.stdout
+    alert = json.loads(hook.read_text())
+    assert alert["alert"] == "loss_spike" and alert["action"] == "stop"
+    assert records(run_dir)[-1]["status"] == "completed"
+
+
+def test_a_bad_alert_flag_is_one_sentence(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tuitrain", "run", "--alert", "loss_spike=pause", "--",
+         sys.executable, "-c", "pass"],
+        capture_output=True, text=True, timeout=60, env=env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "the action must be off, warn or stop" in done.stderr

@@ -11,6 +11,7 @@ from textual.widgets import RichLog
 
 from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.store import MetricStore
+from tuitrain.proctree import TreeSampler
 from tuitrain.text import strip_controls
 from tuitrain.ui.app import TuitrainApp
 
@@ -42,13 +43,18 @@ class OutputLog(RichLog):
 class ScriptApp(TuitrainApp):
     """TuitrainApp in watch mode over a child script's run, with its output."""
 
-    def __init__(self, script: Script) -> None:
+    def __init__(self, script: Script, on_alert: str | None = None) -> None:
         store = MetricStore()
         super().__init__(store=store)
         self.script = script
         self.follower = JsonlFollower(script.metrics, store)
         self.lines: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.quit_wanted = False
+        self.tree_sampler = TreeSampler(script.proc.pid)
+        from tuitrain.script import AlertActions
+
+        self.actions = AlertActions(script, on_alert, lambda text: self.notify(text, timeout=8))
+        self.alerts_seen = 0
         self.ended = False
         self.title = f"tuitrain run {' '.join(script.command)}"
         self.watched_path = script.metrics
@@ -61,6 +67,12 @@ class ScriptApp(TuitrainApp):
         self.follower.start()
         self.set_interval(0.2, self.drain)
         self.set_interval(0.5, self.watch_script)
+        self.set_interval(2.0, self.sample_tree)
+
+    def sample_tree(self) -> None:
+        """The script's process tree (RSS, CPU, GPU memory): the Output pane's subtitle."""
+        if not self.ended:
+            self.output_log.border_subtitle = self.tree_sampler.sample().text()
 
     def on_unmount(self) -> None:
         self.follower.stop()
@@ -75,6 +87,10 @@ class ScriptApp(TuitrainApp):
 
     def watch_script(self) -> None:
         script = self.script
+        alerts = [e for e in self.store.snapshot().events if e.get("kind") == "alert"]
+        for event in alerts[self.alerts_seen :]:  # what the client raised since the last look
+            self.actions.see(dict(event))
+        self.alerts_seen = len(alerts)
         script.escalate()
         if self.ended or script.proc.poll() is None:
             return
