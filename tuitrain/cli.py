@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _main(argv)
     except KeyboardInterrupt:  # Ctrl-C before the run's own handler is installed (imports)
         args = list(sys.argv[1:] if argv is None else argv)
-        if args[:1] in (["export"], ["watch"], ["parity"], ["run"]):  # a command, not a run
+        if args[:1] in (["export"], ["watch"], ["parity"], ["run"], ["gate"], ["runs"]):
             say(f"tuitrain {args[0]}: stopped by SIGINT.")
         else:
             say("tuitrain: stopped by SIGINT before training started.")
@@ -253,6 +253,14 @@ def _main(argv: Sequence[str] | None = None) -> int:
         from tuitrain.export import main as export_main
 
         return export_main(argv[1:])
+    if argv[:1] == ["runs"]:
+        from tuitrain.runs import main as runs_main
+
+        return runs_main(argv[1:])
+    if argv[:1] == ["gate"]:
+        from tuitrain.gate import main as gate_main
+
+        return gate_main(argv[1:])
     if argv[:1] == ["run"]:
         from tuitrain.script import main as script_main
 

@@ -233,6 +233,18 @@ class AlertsConfig:
     input_bound_share: float = _f(0.2, "Data wait share of step time.", gt=0.0, max=1.0)
     input_bound_intervals: int = _f(3, "Log points in a row above the share.", min=1, max=10_000)
     straggler: AlertAction = _f("warn", "Under DDP, a rank 1.2x slower than the median.")
+    divergence: AlertAction = _f(
+        "warn",
+        "The loss far above where training started (or above the task's chance level), or the"
+        " primary metric at chance after an epoch: a run that diverged from the start.",
+    )
+    divergence_factor: float = _f(
+        10.0,
+        "Divergence: the logged loss above this x the reference (the chance-level loss when the"
+        " task declares one, else the first logged loss).",
+        gt=1.0,
+        max=1e6,
+    )
     nonfinite_metric: AlertAction = _f(
         "warn", "A task's own metric (train or validation) NaN or infinite."
     )

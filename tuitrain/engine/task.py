@@ -58,8 +58,12 @@ class ClassifyTask:
         "acc": {"goal": "max", "format": "pct", "unit": ""},
     }
 
-    def __init__(self, label_smoothing: float = 0.0) -> None:
+    def __init__(self, label_smoothing: float = 0.0, num_classes: int | None = None) -> None:
         self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        # what a model that guesses uniformly scores: the divergence alert's reference
+        self.chance = (
+            {"loss": math.log(num_classes), "acc": 1.0 / num_classes} if num_classes else {}
+        )
 
     def training_step(self, model: nn.Module, batch: Any) -> torch.Tensor:
         x, y = batch
@@ -83,7 +87,7 @@ def build_task(cfg: Config, offered: Mapping[str, Any]) -> Any:
     """The task named by `task.name`: classify, charlm, or a user factory."""
     name = cfg.task.name
     if name == "classify":
-        return ClassifyTask(cfg.train.label_smoothing)
+        return ClassifyTask(cfg.train.label_smoothing, offered.get("num_classes"))
     if name == "charlm":
         from tuitrain.engine.charlm import CharLMTask
 

@@ -101,6 +101,7 @@ class Trainer:
         self.best: float | None = None  # the primary metric's best so far
         self.evals_since_best = 0
         self.plateau_advised = False
+        self.at_chance_said = False
         self.checkpoint_failure: str | None = None  # why the last failed checkpoint failed
         self.val_loss: float | None = None
         # per val item, in the val order, of the last evaluation: classify, right or not
@@ -114,7 +115,10 @@ class Trainer:
             cfg.train.log_every,
             settings["data"],
             str(parts.device),
-            alerts=settings["alerts"],
+            alerts={
+                **settings["alerts"],
+                "chance_loss": (getattr(parts.task, "chance", None) or {}).get("loss"),
+            },
             control=control,
             is_main=dist.is_main,
             precision=parts.precision.name,
@@ -409,6 +413,7 @@ class Trainer:
         if nonfinite:
             self.diagnostics.alert_nonfinite_metrics(nonfinite, self.step)
         self.judge_progress()
+        self.judge_chance()
         self.write_sample()
         self.control.state = "running"
         self.meter.restart_clock()  # evaluation time is not training throughput
@@ -439,6 +444,36 @@ class Trainer:
                     best=self.best,
                 )
             )
+
+    def judge_chance(self) -> None:
+        """The divergence alert's second half: after an epoch, the primary metric no better
+        than chance (a task that declares its chance level: classify, 1/K accuracy)."""
+        chance = getattr(self.task, "chance", None) or {}
+        name = self.primary[len("val_") :] if self.primary else None
+        value = self.val_metrics.get(self.primary) if self.primary else None
+        level = chance.get(name) if name else None
+        if self.at_chance_said or self.epoch < 1 or value is None or level is None:
+            return
+        margin = 1.1 * level if self.mode == "max" else 0.9 * level
+        if (value > margin) if self.mode == "max" else (value < margin):
+            return
+        rules = self.diagnostics.rules
+        if rules.action("divergence") == "off":
+            return
+        self.at_chance_said = True
+        from tuitrain.metrics.alerts import Alert
+
+        self.diagnostics.raise_alert(
+            Alert(
+                "divergence",
+                rules.action("divergence"),
+                f"{self.primary} is {value:.4g} after {self.epoch} epoch(s), at chance"
+                f" ({level:.4g}): the model learned nothing; lower optim.lr or check the"
+                " labels",
+                {"metric": self.primary, "value": value, "chance": level},
+            ),
+            self.step,
+        )
 
     def write_sample(self) -> None:
         """The task's sample (charlm: text from a fixed prompt) as an event, rank 0 only."""

@@ -33,6 +33,7 @@ RULES = (
     "stall",
     "nonfinite_loss",
     "nonfinite_metric",
+    "divergence",
 )
 
 
@@ -72,6 +73,27 @@ class AlertRules:
         self.active: dict[str, bool] = {}
         self.clear_for: dict[str, int] = {}
         self.straggler_rank: int | None = None  # another rank taking over is news at once
+        self.first_loss: float | None = None  # divergence: where training started
+
+    def diverged(self, record: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        """The loss above divergence_factor x the reference: the chance-level loss when the
+        task declares one (`chance_loss` in the rules' config), else the first logged loss."""
+        loss = _num(record.get("loss"))
+        if loss is None:
+            return None
+        if self.first_loss is None:
+            self.first_loss = loss
+        chance = _num(self.cfg.get("chance_loss"))
+        reference = chance if chance is not None and chance > 0 else self.first_loss
+        factor = float(self.cfg.get("divergence_factor", 10.0))
+        if reference is None or reference <= 0 or loss <= factor * reference:
+            return None
+        what = "the chance-level loss" if reference is chance else "the first logged loss"
+        return (
+            f"divergence: loss {loss:.4g} is {loss / reference:,.0f}x {what} ({reference:.4g}):"
+            " the run diverged; lower optim.lr, set optim.grad_clip, or add warmup",
+            {"loss": loss, "reference_loss": reference},
+        )
 
     def action(self, name: str) -> str:
         return str(self.cfg.get(name, "warn"))
@@ -80,6 +102,8 @@ class AlertRules:
         """`nonfinite`: the task's own metrics that were NaN or Inf in this record (the
         record holds null for them)."""
         found: dict[str, tuple[str, dict[str, Any]]] = {}
+        if (diverged := self.diverged(record)) is not None:
+            found["divergence"] = diverged
         if nonfinite:
             found["nonfinite_metric"] = nonfinite_metric(list(nonfinite), record.get("step"))
         loss = _num(record.get("loss"))
