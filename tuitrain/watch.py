@@ -60,9 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", nargs="?", help="a run dir or its metrics.jsonl")
     p.add_argument(
         "--compare",
-        nargs=2,
-        metavar=("A", "B"),
-        help="compare two runs (run dirs or metrics.jsonl files); ratios are B over A",
+        nargs="+",
+        metavar="RUN",
+        help="compare 2 to 8 runs (run dirs or metrics.jsonl files): A, B, C ...; ratios and"
+        " gaps are each run against A",
     )
     p.add_argument(
         "--poll", type=positive_seconds, default=0.25, help="seconds between file checks"
@@ -191,10 +192,13 @@ def looks_like_a_record(first_line: bytes) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.compare and args.target:
+    if args.compare and args.target:  # the positional RUN after --compare's own
+        args.compare.append(args.target)
+        args.target = None
+    if args.compare and not 2 <= len(args.compare) <= 8:
         parser.error(
-            f"--compare takes exactly two runs, got three ({' '.join(args.compare)} "
-            f"{args.target}); drop one, or watch a single run without --compare"
+            f"--compare takes 2 to 8 runs, got {len(args.compare)}"
+            + (": add one to compare with" if len(args.compare) < 2 else ": drop some")
         )
     if not args.compare and not args.target:
         parser.error("pass a run dir (or its metrics.jsonl), or --compare A B")
@@ -236,11 +240,11 @@ def watch_one(path: Path, poll_s: float) -> int:
 def compare(paths: Sequence[Path], poll_s: float) -> int:
     from tuitrain.metrics import MetricStore
     from tuitrain.metrics.follow import JsonlFollower
-    from tuitrain.ui.compare import COLORS, CompareApp, Source
+    from tuitrain.ui.compare import COLORS, NAMES, CompareApp, Source
 
     sources = [
         Source(name, path, MetricStore(), color)
-        for name, path, color in zip("AB", paths, COLORS, strict=True)
+        for name, path, color in zip(NAMES, paths, COLORS, strict=False)
     ]
     followers = [JsonlFollower(s.path, s.store, poll_s=poll_s) for s in sources]
     for follower in followers:
@@ -248,7 +252,7 @@ def compare(paths: Sequence[Path], poll_s: float) -> int:
         follower.start()
     try:
         app = CompareApp(sources)
-        app.title = f"tuitrain watch --compare {paths[0]} {paths[1]}"
+        app.title = f"tuitrain watch --compare {' '.join(map(str, paths))}"
         app.force_exit_s = FORCE_EXIT_S
         return exit_code(app.run(), app.return_code)
     finally:

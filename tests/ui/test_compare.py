@@ -21,7 +21,7 @@ from tests.ui.test_watch import write_lines
 from tuitrain.cli import main as cli_main
 from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.store import MetricStore
-from tuitrain.ui.compare import COLORS, CompareApp, Source
+from tuitrain.ui.compare import COLORS, NAMES, CompareApp, Source
 from tuitrain.ui.screens.help import HelpScreen
 
 pytestmark = pytest.mark.timeout(120)
@@ -61,7 +61,7 @@ def write_run(run_dir: Path, recs: list[dict]) -> Path:
 def sources(*paths: Path) -> list[Source]:
     return [
         Source(name, path, MetricStore(), color)
-        for name, path, color in zip("AB", paths, COLORS, strict=True)
+        for name, path, color in zip(NAMES, paths, COLORS, strict=False)
     ]
 
 
@@ -214,13 +214,13 @@ def test_bad_targets_exit_2_with_one_sentence(
 
 @pytest.mark.parametrize(
     ("extra", "message"),
-    [([], "expected 2 arguments"), (["a", "b", "c"], "takes exactly two runs, got three")],
-    ids=["one", "three"],
+    [([], "takes 2 to 8 runs, got 1: add one"), (list("abcdefgh"), "got 9: drop some")],
+    ids=["one", "nine"],
 )
-def test_compare_takes_exactly_two(
+def test_compare_takes_two_to_eight(
     capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
-    args = ["watch", "--compare", *extra] if extra else ["watch", "--compare", "a"]
+    args = ["watch", "--compare", "a", *extra]
     with pytest.raises(SystemExit) as exc:
         cli_main(args)
     assert exc.value.code == 2
@@ -267,3 +267,34 @@ def test_a_run_silent_without_an_end_reads_silent(tmp_path: Path) -> None:
     old = time.time() - 600
     os.utime(path, (old, old))
     assert summarize(store.snapshot(), path).state == "silent"
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+async def test_four_runs_against_the_first(tmp_path: Path, size: tuple[int, int]) -> None:
+    """2 to 8 runs: a row each, a comparison line each against A, and a third chart (the
+    primary metric) with every run's colour."""
+    paths = [write_run(tmp_path / "a", run_a()), write_run(tmp_path / "b", run_b())]
+    for name, factor in (("c", 0.8), ("d", 1.5)):
+        recs = []
+        for rec in run_a():
+            rec = dict(rec)
+            if rec["type"] == "train":
+                rec["samples_per_s"] *= factor
+            recs.append(rec)
+        paths.append(write_run(tmp_path / name, recs))
+    srcs = sources(*paths)
+    for s in srcs:
+        JsonlFollower(s.path, s.store).poll()
+    app = CompareApp(srcs)
+    async with app.run_test(size=size) as pilot:
+        app.poll_all()
+        await pilot.pause()
+        found = rows(app)
+        assert all(found[n] for n in "ABCD") and "completed" in found["D"]
+        lines = text_of(app.comparison).splitlines()
+        assert len(lines) == 3
+        assert "B/A ×1.25" in lines[0] and "C/A ×0.80" in lines[1] and "D/A ×1.50" in lines[2]
+        assert "B−A -0.42 pt" in lines[0] and "C−A +0.00 pt" in lines[1]
+        assert len(app.charts) == 3 and app.charts[2].metric == "val_acc"
+        await wait_for(pilot, lambda: all(c.legend for c in app.charts if c.size.area), 5)
+        assert "D" in app.charts[0].legend

@@ -47,7 +47,11 @@ from tuitrain.ui.widgets.panel import esc as escape
 from tuitrain.ui.widgets.panel import same_objects
 from tuitrain.ui.widgets.status import STATE_STYLE
 
-COLORS = ("primary", "warning")  # run A, run B (theme variables), as on the parity screen
+# runs A..H (theme variables); A and B as on the parity screen
+COLORS = ("primary", "warning", "success", "error", "accent", "secondary", "foreground",
+          "text-muted")  # fmt: skip
+NAMES = "ABCDEFGH"
+MAX_RUNS = len(NAMES)
 COLUMNS = """\
 run: preset (from the run's header) · run dir · status: running, completed, failed, stopped \
 (the end record), waiting (no file yet), crashed (no end record and no process holds the \
@@ -148,9 +152,10 @@ def acc_gap_points(a: RunSummary, b: RunSummary) -> float | None:
     return 100 * (b.val_acc - a.val_acc)
 
 
-def comparison_text(a: RunSummary, b: RunSummary) -> str:
+def comparison_text(a: RunSummary, b: RunSummary, names: tuple[str, str] = ("A", "B")) -> str:
     """`B/A samples/s ×1.32 · TFLOP/s ×1.32 · val acc B−A −0.10 pt` (content markup); the
     TFLOP/s ratio differs from the samples/s one when the runs' models differ."""
+    first, other = names
     ratio = throughput_ratio(a, b)
     flops_ratio = None
     if a.median_tflops and b.median_tflops is not None:
@@ -171,11 +176,22 @@ def comparison_text(a: RunSummary, b: RunSummary) -> str:
     flops_text = (
         ""
         if flops_ratio is None
-        else f"[$foreground-muted]TFLOP/s[/] B/A [b]×{flops_ratio:.2f}[/b]   "
+        else f"[$foreground-muted]TFLOP/s[/] {other}/{first} [b]×{flops_ratio:.2f}[/b]   "
     )
     return (
-        f"[$foreground-muted]median samples/s[/] B/A [b]{ratio_text}[/b]   {flops_text}"
-        f"[$foreground-muted]{escape(a.metric_label)}[/] B−A [b]{gap_text}[/b]"
+        f"[$foreground-muted]median samples/s[/] {other}/{first} [b]{ratio_text}[/b]   "
+        f"{flops_text}[$foreground-muted]{escape(a.metric_label)}[/] {other}−{first} "
+        f"[b]{gap_text}[/b]"
+    )
+
+
+def comparisons_text(sources: Sequence[Source], summaries: Sequence[RunSummary]) -> str:
+    """Each run against the first, one line each (two runs: the one line B against A)."""
+    first = summaries[0]
+    return "\n".join(
+        f"[b ${source.color}]■[/] " * (len(summaries) > 2)
+        + comparison_text(first, s, (sources[0].name, source.name))
+        for source, s in zip(sources[1:], summaries[1:], strict=True)
     )
 
 
@@ -282,8 +298,8 @@ class CompareApp(StoppingApp):
 
     def __init__(self, sources: Sequence[Source]) -> None:
         super().__init__()
-        if len(sources) != 2:
-            raise ValueError(f"compare takes two runs, got {len(sources)}")
+        if not 2 <= len(sources) <= MAX_RUNS:
+            raise ValueError(f"compare takes 2 to {MAX_RUNS} runs, got {len(sources)}")
         self.sources = list(sources)
         self.table = Static("", id="runs")
         self.comparison = Static("", id="comparison")
@@ -292,6 +308,10 @@ class CompareApp(StoppingApp):
                          id="loss-chart"),
             OverlayChart("samples_per_s", "samples/s", smooth=False, id="rate-chart"),
         ]  # fmt: skip
+        if len(sources) > 2:  # more runs: the primary metric too (two runs keep two charts)
+            key = self.primary_key()
+            self.charts.append(OverlayChart(key, f"{key}, per evaluation", smooth=False,
+                                            id="metric-chart"))  # fmt: skip
         self._text: tuple[str, str] | None = None
 
     def compose(self) -> ComposeResult:
@@ -309,6 +329,10 @@ class CompareApp(StoppingApp):
     def on_resize(self, event: events.Resize) -> None:
         self.call_after_refresh(self.poll_all)
 
+    def primary_key(self) -> str:
+        header = self.sources[0].store.snapshot().header
+        return task_declaration(header)["primary"] or "val_loss" if header else "val_acc"
+
     def snapshots(self) -> list[Snapshot]:
         return [source.store.snapshot() for source in self.sources]
 
@@ -324,10 +348,10 @@ class CompareApp(StoppingApp):
     def poll_text(self) -> None:
         if not self.table.is_attached:
             return  # a tick that lands while the app closes: its screen is already gone
-        a, b = self.summaries()
+        summaries = self.summaries()
         width = self.table.content_region.width or self.size.width
-        text = (table_text(list(zip(self.sources, (a, b), strict=True)), width),
-                comparison_text(a, b))  # fmt: skip
+        text = (table_text(list(zip(self.sources, summaries, strict=True)), width),
+                comparisons_text(self.sources, summaries))  # fmt: skip
         if text != self._text:
             self._text = text
             self.table.update(text[0])
