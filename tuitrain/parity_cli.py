@@ -77,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
         "ceil(N / epochs) batches of training data, and still ends with an evaluation",
     )
     p.add_argument(
+        "--control",
+        action="store_true",
+        help="also train fp32 with seed + 1: does mixed precision move the metric more than"
+        " changing the seed does? (a third run: 1.5x the time)",
+    )
+    p.add_argument(
         "--tolerance",
         type=float,
         help="the largest |gap| of the primary metric that passes, in its units (classify:"
@@ -141,7 +147,7 @@ def run_parity(cfg: Config, args: argparse.Namespace) -> int:
     def check(host: RunHost, sink: Sink) -> ParityResult:
         return parity(
             host.cfg, args.epochs, args.mixed, sink=sink, control=host.control,
-            run_dir=host.run_dir, early_steps=args.early_steps,
+            run_dir=host.run_dir, early_steps=args.early_steps, with_control=args.control,
         )  # fmt: skip
 
     host = RunHost(
@@ -191,7 +197,7 @@ class ProgressSink(Sink):
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream = stream
-        self.labels = {"fp32": "fp32", "mixed": "mixed"}
+        self.labels = {"fp32": "fp32", "mixed": "mixed", "control": "control"}
 
     def write(self, record: Mapping[str, Any]) -> None:
         run = self.labels.get(record.get("run", ""), "")
@@ -278,6 +284,8 @@ def format_table(result: ParityResult, run_dir: Path) -> str:
     lines.append(f"verdict      {verdict_line(r)}")
     if note := r.noise_note:
         lines.append(f"             {note}")
+    if control := r.control_line():
+        lines.append(f"control      {control}")
     lines.append(f"run dir      {run_dir} (parity.json, parity.log, metrics.jsonl)")
     return "\n".join(lines)
 
@@ -305,6 +313,8 @@ def format_metric_table(r: ParityResult, run_dir: Path) -> str:
             f" {mt.items:,} validation items, mean difference +- 1.96 sd/sqrt(n))"
         )
     lines.append(f"verdict      {verdict_line(r)}")
+    if control := r.control_line():
+        lines.append(f"control      {control}")
     lines.append(f"run dir      {run_dir} (parity.json, parity.log, metrics.jsonl)")
     return "\n".join(lines)
 

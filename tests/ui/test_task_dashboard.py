@@ -128,3 +128,20 @@ async def test_p_switches_a_live_dashboard_from_the_cnn_to_the_language_model(
         assert any(e.get("kind") == "sample" for e in app.store.snapshot().events)
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running, what="the exit")
+
+
+async def test_shift_c_opens_the_parity_check_with_a_control(tmp_path: Path) -> None:
+    from tuitrain.ui.screens.parity import ParityScreen
+
+    overrides = ["train.pace_s=0.05", f'run.run_dir="{tmp_path / "run"}"', "train.epochs=50"]
+    app = TuitrainApp(host=RunHost(load_preset(REGRESSION, overrides), MetricStore()))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: (app.store.snapshot().latest or {}).get("step", 0) >= 2)
+        await pilot.press("C")
+        screen = app.screen
+        assert isinstance(screen, ParityScreen) and screen.with_control
+        assert "control" in text_of(screen.query_one("#parity-note"))
+        await pilot.press("escape")  # cancels the check: the screen closes once it stopped
+        await wait_for(pilot, lambda: not isinstance(app.screen, ParityScreen), 60, "closed")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, what="the exit")

@@ -44,6 +44,7 @@ from tuitrain.engine.parity_report import (
     PairedCounts,
     ParityResult,
     count_test_images,
+    gap_ci95_points,
     max_rel_diff,
     paired_mean_ci,
     write_parity_json,
@@ -186,8 +187,11 @@ def parity(
     control: Control | None = None,
     run_dir: Path | None = None,
     early_steps: int = EARLY_STEPS,
+    with_control: bool = False,
 ) -> ParityResult:
-    """Run the parity check; bad input raises UserError, everything else is in the result."""
+    """Run the parity check; bad input raises UserError, everything else is in the result.
+    `with_control`: a third run, fp32 with seed + 1, measures how far changing the seed
+    alone moves the metric (the noise the mixed run's gap is judged against)."""
     if epochs < 1:
         raise UserError(f"--epochs {epochs} is out of range; parity needs at least 1 epoch.")
     if early_steps < 0:
@@ -199,8 +203,60 @@ def parity(
     )  # fmt: skip
     if cfg.task.name == "classify" and cfg.task.tolerance > 0:
         result.threshold_points = 100.0 * cfg.task.tolerance  # accuracy's units: a fraction
-    check = _Check(result, parity_configs(cfg, epochs, mixed), sink or NullSink(), control)
+    configs = parity_configs(cfg, epochs, mixed)
+    if with_control:
+        fp32 = configs["fp32"]
+        seed = (cfg.train.seed + 1) % 2**32
+        configs["control"] = replace(fp32, train=replace(fp32.train, seed=seed))
+    check = _Check(result, configs, sink or NullSink(), control)
     return check.execute(run_dir, early_steps)
+
+
+def control_result(
+    r: ParityResult,
+    cfg: Config,
+    evals: dict[str, list[Mapping[str, Any]]],
+    items: dict[str, torch.Tensor | None],
+) -> dict[str, Any] | None:
+    """The control run against the fp32 run: its value, the gap fp32 - control with its
+    interval, and whether mixed precision moved the metric more than the seed did."""
+    classify = r.metric is None
+    key = "val_acc" if r.metric is None else r.metric.name
+    fp32 = evals["fp32"][-1].get(key) if evals.get("fp32") else None
+    ctrl = evals["control"][-1].get(key) if evals.get("control") else None
+    if not isinstance(fp32, (int, float)) or not isinstance(ctrl, (int, float)):
+        return None
+    scale = 100.0 if classify else 1.0
+    gap = (fp32 - ctrl) * scale
+    ci: list[float] | None = None
+    if classify:
+        counts = pair_images(items.get("fp32"), items.get("control"))
+        ci = gap_ci95_points(counts, gap) if counts is not None and counts.n else None
+    else:
+        a, b = items.get("fp32"), items.get("control")
+        if a is not None and b is not None and a.shape == b.shape and a.dim() == 1:
+            ci = paired_mean_ci(a.float().cpu().tolist(), b.float().cpu().tolist())
+    mixed_gap = r.gap_points if r.metric is None else r.metric.gap
+    unit = " point" if classify else ""
+    verdict = None
+    if mixed_gap is not None:
+        how = "no more than" if abs(mixed_gap) <= abs(gap) else "more than"
+        verdict = (
+            f"mixed precision moves {key} by {mixed_gap:+.4g}{unit}, {how} changing the seed"
+            f" does ({gap:+.4g}{unit})"
+            + (": within run-to-run noise" if how == "no more than" else "")
+        )
+    return {
+        "seed": cfg.train.seed,
+        "metric": key,
+        "value": ctrl,
+        "gap": gap,
+        "gap_ci95": ci,
+        "unit": "points" if classify else "the metric's units",
+        "mixed_gap": mixed_gap,
+        "mixed_beyond_seed": None if mixed_gap is None else abs(mixed_gap) > abs(gap),
+        "verdict": verdict,
+    }
 
 
 DEFAULT_RELATIVE_TOLERANCE = 0.01  # a task that sets none: 1% of the fp32 run's value
@@ -253,6 +309,8 @@ class _Check:
         self.evals: dict[str, list[Mapping[str, Any]]] = {}
 
     def label(self, name: str) -> str:
+        if name == "control":
+            return "fp32 control (seed + 1)"
         return "fp32" if name == "fp32" else self.result.mixed
 
     def execute(self, run_dir: Path | None, early_steps: int) -> ParityResult:
@@ -265,12 +323,12 @@ class _Check:
         )  # fmt: skip
         if early_steps:
             self.early_check(early_steps)
-        for i, name in enumerate(RUNS):
+        names = [*RUNS, *(["control"] if "control" in self.configs else [])]
+        for i, name in enumerate(names):
             if r.status != "completed":
                 break
-            self.emit(
-                f"parity: training {self.label(name)} ({i + 1}/2)", phase="run", training=name
-            )
+            what = "fp32 with seed + 1 (the control)" if name == "control" else self.label(name)
+            self.emit(f"parity: training {what} ({i + 1}/{len(names)})", phase="run", training=name)
             self.train(name)
         r.elapsed_s = time.perf_counter() - started
         if r.status == "completed":
@@ -279,6 +337,8 @@ class _Check:
             )
             if r.metric is None:
                 r.paired = pair_images(*(self.val_correct.get(name) for name in RUNS))
+        if r.status == "completed" and "control" in self.configs:
+            r.control = control_result(r, self.configs["control"], self.evals, self.val_correct)
         if r.metric is not None and r.status == "completed" and r.metric.gap is None:
             r.status, r.message = "failed", f"a run ended without a {r.metric.name}"
         elif r.metric is None and r.status == "completed" and r.gap_points is None:
@@ -318,6 +378,9 @@ class _Check:
         self.val_correct[name] = outcome.val_correct
         self.headers[name], self.evals[name] = recorder.header, recorder.evals
         r.train_loss[name] = recorder.losses
+        if name == "control":
+            self.check_outcome(name, outcome, "(the control)")
+            return
         if name == "fp32":
             r.fp32_samples_per_s = outcome.samples_per_s
         else:

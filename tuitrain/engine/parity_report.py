@@ -216,6 +216,8 @@ class ParityResult:
     # the last epoch's evaluations paired image by image (None: a run has no final evaluation)
     paired: PairedCounts | None = None
     metric: MetricParity | None = None  # a task other than classify: its primary metric
+    # --control: an fp32 run with another seed, and how far the seed alone moves the metric
+    control: dict[str, Any] | None = None
 
     def final(self, key: str) -> float | None:
         return getattr(self.per_epoch[-1], key) if self.per_epoch else None
@@ -327,6 +329,24 @@ class ParityResult:
             f" (|gap| {sign} {self.threshold_points}; {images}); speedup {speed}"
         )
 
+    def control_line(self) -> str | None:
+        """`control (fp32, seed 1): val_acc 85.10%, gap fp32 - control +0.30 [-0.2, +0.8]
+        point; mixed precision moves val_acc by ..., no more than changing the seed does`."""
+        c = self.control
+        if not c:
+            return None
+        pct = c["unit"] == "points"
+        value = f"{100 * c['value']:.2f}%" if pct else f"{c['value']:.4f}"
+        unit = " point" if pct else ""
+        ci = ""
+        if c.get("gap_ci95"):
+            low, high = c["gap_ci95"]
+            ci = f" (95% CI [{low:+.4g}, {high:+.4g}])"
+        return (
+            f"fp32 with seed {c['seed']}: {c['metric']} {value}, gap fp32 - control"
+            f" {c['gap']:+.4g}{unit}{ci}; {c['verdict'] or 'no verdict'}"
+        )
+
     def metric_summary(self, m: MetricParity) -> str:
         sign = "<=" if self.verdict == "PASS" else ">"
         speed = f"{self.speedup:.2f}x" if self.speedup else "n/a"
@@ -346,6 +366,8 @@ class ParityResult:
         out: dict[str, Any] = {"verdict": self.verdict, "reference": "fp32 (TF32 off)"}
         if self.metric is not None:
             out["metric"] = self.metric.to_json()
+        if self.control is not None:
+            out["control"] = self.control
         for key in ("fp32_val_acc", "mixed_val_acc", "fp32_val_loss", "mixed_val_loss"):
             out[key] = self.final(key)
         out["gap_points"], out["speedup"] = self.gap_points, self.speedup
@@ -355,7 +377,7 @@ class ParityResult:
         out |= {
             f.name: getattr(self, f.name)
             for f in fields(self)
-            if f.name not in ("paired", "metric")
+            if f.name not in ("paired", "metric", "control")
         }
         out["paired"] = None if self.paired is None else self.paired.to_json()
         out["per_epoch"] = [row.to_json() for row in self.per_epoch]
@@ -374,13 +396,21 @@ class ParityStores:
     def __init__(self) -> None:
         self.fp32 = MetricStore()
         self.mixed = MetricStore()
+        self.control = MetricStore()  # --control's fp32 run with another seed
 
     def sink(self) -> Sink:
-        return _RouteByRun({"fp32": StoreSink(self.fp32), "mixed": StoreSink(self.mixed)})
+        return _RouteByRun(
+            {
+                "fp32": StoreSink(self.fp32),
+                "mixed": StoreSink(self.mixed),
+                "control": StoreSink(self.control),
+            }
+        )
 
     def reset(self) -> None:
         self.fp32.reset()
         self.mixed.reset()
+        self.control.reset()
 
 
 class _RouteByRun(Sink):

@@ -86,6 +86,13 @@ class TuitrainApp(SessionApp):
     BINDINGS = [
         Binding("p", "pick_preset", "Preset", tooltip="Pick a preset: stop this run, start it"),
         Binding("c", "parity", "Parity", tooltip="Open the fp32-vs-mixed parity check"),
+        Binding(
+            "C",
+            "parity(True)",
+            "Parity + control",
+            show=False,
+            tooltip="The parity check with a control: fp32 again with another seed",
+        ),
         Binding("space", "toggle_pause", "Pause", tooltip="Pause or resume at a step boundary"),
         Binding("s", "checkpoint", "Checkpoint", tooltip="Save a checkpoint after this step"),
         Binding("f", "profile", "Profile", tooltip=f"Profile the next {PROFILE_STEPS} steps"),
@@ -392,7 +399,7 @@ class TuitrainApp(SessionApp):
         self.push_screen(screen)
         screen.call_after_refresh(screen.action_filter)
 
-    def action_parity(self) -> None:
+    def action_parity(self, with_control: bool = False) -> None:
         if isinstance(self.screen, ParityScreen):
             return
         host = self.host
@@ -400,7 +407,9 @@ class TuitrainApp(SessionApp):
             self.notify(NO_PRESET, severity="warning")
             return
         run_dir = host.run_dir / "parity" if host.run_dir is not None else None
-        self.push_screen(ParityScreen(host.cfg, epochs=1, host=host, run_dir=run_dir))
+        self.push_screen(
+            ParityScreen(host.cfg, epochs=1, host=host, run_dir=run_dir, with_control=with_control)
+        )
 
     def action_pick_preset(self) -> None:
         if isinstance(self.screen, ParityScreen):

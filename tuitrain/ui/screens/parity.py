@@ -65,8 +65,10 @@ class ParityScreen(ModalScreen[None]):
         *,
         host: RunHost | None = None,
         run_dir: Path | None = None,
+        with_control: bool = False,
     ) -> None:
         super().__init__()
+        self.with_control = with_control  # a third run: fp32 with seed + 1
         self.cfg, self.epochs, self.mixed, self.early_steps = cfg, epochs, mixed, early_steps
         self.host, self.run_dir = host, run_dir
         self.stores = ParityStores()
@@ -98,10 +100,16 @@ class ParityScreen(ModalScreen[None]):
         if self.cfg is None:
             return NO_PRESET
         runs = f"{self.epochs} epoch{'s' * (self.epochs > 1)}"
+        control = (
+            " Then a control: fp32 again with seed + 1, to see how far the seed alone moves"
+            " the metric."
+            if self.with_control
+            else " (Shift+C on the dashboard adds a control run with another seed.)"
+        )
         return (
             f"Preset {self.cfg.name} trained twice, fp32 then mixed, same weights, batches and "
             f"seed; {runs} each (a full check: tuitrain parity --epochs 3). PASS when the "
-            f"validation accuracies differ by at most {THRESHOLD_POINTS} point."
+            f"validation accuracies differ by at most {THRESHOLD_POINTS} point.{control}"
         )
 
     def on_mount(self) -> None:
@@ -145,6 +153,7 @@ class ParityScreen(ModalScreen[None]):
             self.result = parity(
                 self.cfg, self.epochs, self.mixed, sink=self.stores.sink(),
                 control=self.control, run_dir=run_dir, early_steps=self.early_steps,
+                with_control=self.with_control,
             )  # fmt: skip
         except BaseException as exc:  # noqa: BLE001 - shown on screen, never lost
             self.error = str(exc) or type(exc).__name__
@@ -229,6 +238,10 @@ class ParityScreen(ModalScreen[None]):
             return f"cancelled: {r.message}", "error"
         if r.verdict == "ERROR":
             return f"ERROR: {r.message}", "error"
+        where = f"\nparity.json in {self.run_dir}" if self.run_dir is not None else ""
+        control = f"\n{line}" if (line := r.control_line()) else ""
+        if r.metric is not None:  # a task other than classify: its primary metric
+            return r.summary().removeprefix("parity ") + control + where, r.verdict.lower()
         sign = "<=" if r.verdict == "PASS" else ">"
         gap = r.gap_points or 0.0
         images = (
@@ -237,11 +250,10 @@ class ParityScreen(ModalScreen[None]):
             else "test set size unknown"
         )
         speed = f"{r.mixed}/fp32 = {r.speedup:.2f}×" if r.speedup else "n/a"
-        where = f"\nparity.json in {self.run_dir}" if self.run_dir is not None else ""
         noise = noise_text(r)
         return (
             f"{r.verdict}: gap {gap:+.2f} point (|gap| {sign} {r.threshold_points}) · {images}"
-            f" · speedup {speed}{noise}{where}",
+            f" · speedup {speed}{noise}{control}{where}",
             r.verdict.lower(),
         )
 

@@ -1,0 +1,48 @@
+"""`tuitrain parity --control`: a third run, fp32 with seed + 1, and whether mixed precision
+moves the metric more than the seed does; in the JSON, the report and the dashboard (C)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuitrain.engine.parity import parity
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_control_on_classification(tiny_config) -> None:
+    result = parity(tiny_config("train.precision=fp32"), 1, "bf16", early_steps=0,
+                    with_control=True)  # fmt: skip
+    c = result.control
+    assert c is not None and c["seed"] == 1 and c["metric"] == "val_acc"
+    assert c["gap"] == pytest.approx(100 * (result.final("fp32_val_acc") - c["value"]))
+    low, high = c["gap_ci95"]
+    assert low <= c["gap"] <= high  # paired over the same 256 images, in points
+    assert c["mixed_beyond_seed"] == (abs(result.gap_points) > abs(c["gap"]))
+    assert ("no more than" in c["verdict"]) != c["mixed_beyond_seed"]
+    assert result.to_json()["control"] == c
+    assert "fp32 with seed 1" in (result.control_line() or "")
+
+
+@pytest.mark.slow
+def test_control_on_a_task_and_from_the_command_line(tmp_path: Path) -> None:
+    preset = str(ROOT / "tests" / "tasks" / "regression.toml")
+    done = subprocess.run(
+        [sys.executable, "-m", "tuitrain", "parity", "--preset", preset, "--mixed", "bf16",
+         "--epochs", "1", "--early-steps", "0", "--control", "--json",
+         "--run-dir", str(tmp_path / "p")],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode in (0, 3), done.stderr
+    data = json.loads(done.stdout)
+    c = data["control"]
+    assert c["metric"] == "val_mae" and c["unit"] == "the metric's units"
+    assert c["gap_ci95"][0] <= c["gap"] <= c["gap_ci95"][1]
+    # another seed starts from other weights: it moves the metric far more than bf16 does
+    assert c["mixed_beyond_seed"] is False and "within run-to-run noise" in c["verdict"]
