@@ -78,9 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--control",
-        action="store_true",
-        help="also train fp32 with seed + 1: does mixed precision move the metric more than"
-        " changing the seed does? (a third run: 1.5x the time)",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="a third run, fp32 with seed + 1: does mixed precision move the metric more than"
+        " changing the seed does? auto (default): only when the verdict is FAIL; on: always"
+        " (1.5x the time); off: never",
     )
     p.add_argument(
         "--tolerance",

@@ -35,7 +35,7 @@ def test_control_on_a_task_and_from_the_command_line(tmp_path: Path) -> None:
     preset = str(ROOT / "tests" / "tasks" / "regression.toml")
     done = subprocess.run(
         [sys.executable, "-m", "tuitrain", "parity", "--preset", preset, "--mixed", "bf16",
-         "--epochs", "1", "--early-steps", "0", "--control", "--json",
+         "--epochs", "1", "--early-steps", "0", "--control", "on", "--json",
          "--run-dir", str(tmp_path / "p")],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )  # fmt: skip
@@ -46,3 +46,18 @@ def test_control_on_a_task_and_from_the_command_line(tmp_path: Path) -> None:
     assert c["gap_ci95"][0] <= c["gap"] <= c["gap_ci95"][1]
     # another seed starts from other weights: it moves the metric far more than bf16 does
     assert c["mixed_beyond_seed"] is False and "within run-to-run noise" in c["verdict"]
+
+
+@pytest.mark.slow
+def test_auto_adds_the_control_only_after_a_fail() -> None:
+    from tuitrain.config import load_preset
+
+    preset = str(ROOT / "tests" / "tasks" / "regression.toml")
+    passed = parity(load_preset(preset, ["train.epochs=1"]), 1, "bf16", early_steps=0)
+    assert passed.verdict == "PASS" and passed.control is None  # auto: no third run
+    strict = load_preset(preset, ["train.epochs=1", "task.tolerance=1e-12"])
+    failed = parity(strict, 1, "bf16", early_steps=0)
+    assert failed.verdict == "FAIL" and failed.control is not None
+    assert failed.control["why"] == "auto: the verdict is FAIL"
+    off = parity(strict, 1, "bf16", early_steps=0, with_control="off")
+    assert off.verdict == "FAIL" and off.control is None

@@ -187,11 +187,16 @@ def parity(
     control: Control | None = None,
     run_dir: Path | None = None,
     early_steps: int = EARLY_STEPS,
-    with_control: bool = False,
+    with_control: bool | str = "auto",
 ) -> ParityResult:
     """Run the parity check; bad input raises UserError, everything else is in the result.
     `with_control`: a third run, fp32 with seed + 1, measures how far changing the seed
-    alone moves the metric (the noise the mixed run's gap is judged against)."""
+    alone moves the metric (the noise the mixed run's gap is judged against): "on" (or
+    True), "off" (or False), or "auto": only when the verdict is FAIL (where the seed's own
+    noise could be the explanation; a PASS costs no third run)."""
+    mode = ("on" if with_control else "off") if isinstance(with_control, bool) else with_control
+    if mode not in ("on", "off", "auto"):
+        raise UserError(f"--control {with_control!r} is not valid; choose on, off or auto.")
     if epochs < 1:
         raise UserError(f"--epochs {epochs} is out of range; parity needs at least 1 epoch.")
     if early_steps < 0:
@@ -204,11 +209,12 @@ def parity(
     if cfg.task.name == "classify" and cfg.task.tolerance > 0:
         result.threshold_points = 100.0 * cfg.task.tolerance  # accuracy's units: a fraction
     configs = parity_configs(cfg, epochs, mixed)
-    if with_control:
+    if mode != "off":
         fp32 = configs["fp32"]
         seed = (cfg.train.seed + 1) % 2**32
         configs["control"] = replace(fp32, train=replace(fp32.train, seed=seed))
     check = _Check(result, configs, sink or NullSink(), control)
+    check.control_mode = mode
     return check.execute(run_dir, early_steps)
 
 
@@ -307,6 +313,7 @@ class _Check:
         self.val_correct: dict[str, torch.Tensor | None] = {}  # per run: the last eval's hits
         self.headers: dict[str, Mapping[str, Any] | None] = {}
         self.evals: dict[str, list[Mapping[str, Any]]] = {}
+        self.control_mode = "off"  # on | off | auto (parity() sets it)
 
     def label(self, name: str) -> str:
         if name == "control":
@@ -323,28 +330,50 @@ class _Check:
         )  # fmt: skip
         if early_steps:
             self.early_check(early_steps)
-        names = [*RUNS, *(["control"] if "control" in self.configs else [])]
-        for i, name in enumerate(names):
+        total = 3 if self.control_mode == "on" else 2
+        for i, name in enumerate(RUNS):
             if r.status != "completed":
                 break
-            what = "fp32 with seed + 1 (the control)" if name == "control" else self.label(name)
-            self.emit(f"parity: training {what} ({i + 1}/{len(names)})", phase="run", training=name)
+            self.emit(
+                f"parity: training {self.label(name)} ({i + 1}/{total})", phase="run",
+                training=name,
+            )  # fmt: skip
             self.train(name)
-        r.elapsed_s = time.perf_counter() - started
         if r.status == "completed":
             r.metric = metric_parity(
                 self.configs["fp32"], self.headers.get("fp32"), self.evals, self.val_correct
             )
             if r.metric is None:
                 r.paired = pair_images(*(self.val_correct.get(name) for name in RUNS))
-        if r.status == "completed" and "control" in self.configs:
-            r.control = control_result(r, self.configs["control"], self.evals, self.val_correct)
+        if r.status == "completed" and (why := self.control_wanted()):
+            self.emit(
+                f"parity: training fp32 with seed + 1, the control ({why})", phase="run",
+                training="control",
+            )  # fmt: skip
+            self.train("control")
+            if r.status == "completed":
+                r.control = control_result(r, self.configs["control"], self.evals, self.val_correct)
+                if r.control is not None:
+                    r.control["why"] = why
+        r.elapsed_s = time.perf_counter() - started
         if r.metric is not None and r.status == "completed" and r.metric.gap is None:
             r.status, r.message = "failed", f"a run ended without a {r.metric.name}"
         elif r.metric is None and r.status == "completed" and r.gap_points is None:
             r.status, r.message = "failed", "a run ended without a validation accuracy"
         self.finish(run_dir)
         return r
+
+    def control_wanted(self) -> str:
+        """Why the control run is trained ('' when it is not): asked for, or (auto) a verdict
+        that the seed's own noise could explain."""
+        mode, r = self.control_mode, self.result
+        if mode == "on":
+            return "asked for"
+        if mode != "auto" or "control" not in self.configs:
+            return ""
+        if r.verdict == "FAIL":  # could the seed alone move the metric that far?
+            return "auto: the verdict is FAIL"
+        return ""
 
     def early_check(self, steps: int) -> None:
         """Both precisions for `steps` steps, a loss every step; the schedule is the full

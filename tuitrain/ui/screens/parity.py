@@ -68,7 +68,8 @@ class ParityScreen(ModalScreen[None]):
         with_control: bool = False,
     ) -> None:
         super().__init__()
-        self.with_control = with_control  # a third run: fp32 with seed + 1
+        # a third run, fp32 with seed + 1: always (C), or only when the verdict needs it (c)
+        self.with_control = with_control
         self.cfg, self.epochs, self.mixed, self.early_steps = cfg, epochs, mixed, early_steps
         self.host, self.run_dir = host, run_dir
         self.stores = ParityStores()
@@ -104,7 +105,7 @@ class ParityScreen(ModalScreen[None]):
             " Then a control: fp32 again with seed + 1, to see how far the seed alone moves"
             " the metric."
             if self.with_control
-            else " (Shift+C on the dashboard adds a control run with another seed.)"
+            else " A control run (fp32, seed + 1) follows a FAIL; Shift+C always adds it."
         )
         return (
             f"Preset {self.cfg.name} trained twice, fp32 then mixed, same weights, batches and "
@@ -153,7 +154,7 @@ class ParityScreen(ModalScreen[None]):
             self.result = parity(
                 self.cfg, self.epochs, self.mixed, sink=self.stores.sink(),
                 control=self.control, run_dir=run_dir, early_steps=self.early_steps,
-                with_control=self.with_control,
+                with_control="on" if self.with_control else "auto",
             )  # fmt: skip
         except BaseException as exc:  # noqa: BLE001 - shown on screen, never lost
             self.error = str(exc) or type(exc).__name__
