@@ -9,8 +9,8 @@ steps, best primary metric (over the evaluations in the tail, by the header's de
 median samples/s (tokens/s where recorded) over the tail's log points, duration, start time.
 
 In a terminal: a table (`s` sorts by the next column, `/` filters by text, Enter opens `watch`
-on the highlighted run, space marks runs and `c` compares two marked ones). `--json` prints a
-JSON array; without a terminal, a plain table.
+on the highlighted run, space marks runs and `c` compares the marked ones, 2 to 8). `--json`
+prints a JSON array; without a terminal, a plain table.
 """
 
 from __future__ import annotations

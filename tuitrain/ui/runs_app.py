@@ -1,5 +1,6 @@
 """The table of `tuitrain runs` in a terminal: sort (`s` cycles the column), filter (`/`),
-Enter opens `watch` on the highlighted run, space marks runs, `c` compares the two marked."""
+Enter opens `watch` on the highlighted run, space marks runs, `c` compares the marked ones
+(2 to 8)."""
 
 from __future__ import annotations
 
@@ -108,8 +109,8 @@ class RunsApp(App[tuple[str, list[str]] | None]):
 
     def action_compare(self) -> None:
         marked = [r.run_dir for r in self.rows if r.run_dir in self.marked]
-        if len(marked) != 2:
-            self.notify(f"mark two runs with space to compare them ({len(marked)} marked)",
+        if not 2 <= len(marked) <= 8:
+            self.notify(f"mark 2 to 8 runs with space to compare them ({len(marked)} marked)",
                         severity="warning")  # fmt: skip
             return
         self.exit(("compare", marked))
