@@ -10,27 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine.test_trainer import ListSink  # records in order, and a store
 from tuitrain.config import load_preset
 from tuitrain.engine import run
 from tuitrain.engine.charlm import CharLMTask, Vocabulary, load_text
 from tuitrain.errors import EXIT_USAGE
-from tuitrain.metrics import MetricStore, StoreSink
 
 HERE = Path(__file__).resolve().parent
 REGRESSION = str(HERE / "regression.toml")
-
-
-class ListSink(StoreSink):
-    def __init__(self) -> None:
-        super().__init__(MetricStore())
-        self.records: list[dict] = []
-
-    def write(self, record: dict) -> None:
-        self.records.append(dict(record))
-        super().write(record)
-
-    def of(self, kind: str) -> list[dict]:
-        return [r for r in self.records if r["type"] == kind]
 
 
 def regression(*overrides: str):
