@@ -1,14 +1,14 @@
-"""Two runs overlaid: `tuitrain watch --compare A B` (fp32 against bf16, say).
+"""Runs overlaid: `tuitrain watch --compare A B [C ...]` (2 to 8 runs: fp32 against bf16, say).
 
 Each run has its own `MetricStore`, fed by its own `JsonlFollower` (built by
 `tuitrain.watch`), so a live run keeps updating. The app shows one row per run (label,
-status, latest step, smoothed loss, median samples/s, median achieved TFLOP/s and MFU, last
-validation accuracy), B against A
-(median throughput ratio, validation-accuracy gap), and two charts with both runs overlaid:
-smoothed train loss and samples/s, per step. Text is polled at 2 Hz and the charts at 1 Hz,
-each redrawn only when something it shows changed, from series decimated to the chart's
-width (the dashboard's way, `tuitrain.ui.widgets.panel.Panel`). Keys: `l` log-scale y on the
-loss chart (and back), `?` help, `q` quit; the command palette lists them too.
+status, latest step, smoothed loss, median samples/s, median achieved TFLOP/s and MFU, the
+primary metric's last value), each run against A (median throughput ratio, the primary
+metric's gap in its units), and three charts with every run overlaid: smoothed train loss,
+samples/s per step, and the primary metric per evaluation. Text is polled at 2 Hz and the
+charts at 1 Hz, each redrawn only when something it shows changed, from series decimated to
+the chart's width (the dashboard's way, `tuitrain.ui.widgets.panel.Panel`). Keys: `l`
+log-scale y on the loss chart (and back), `?` help, `q` quit; the command palette lists them.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ intervals) · step: latest logged step · loss: train loss smoothed \
 as on the dashboard (EMA {w}) · samples/s: median of the points held · TFLOP/s: median \
 achieved (the run's FLOPs per sample x samples/s) · MFU: median TFLOP/s over the device's peak \
 (— without a known peak: CPUs unless --measure-peak) · val acc: latest evaluation \
-· B/A: B's median samples/s over A's · gap: B's val acc minus A's, in points"""
+· B/A (C/A ...): each run's median samples/s over A's · gap: its primary metric minus A's (points for accuracy)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,10 +308,9 @@ class CompareApp(StoppingApp):
                          id="loss-chart"),
             OverlayChart("samples_per_s", "samples/s", smooth=False, id="rate-chart"),
         ]  # fmt: skip
-        if len(sources) > 2:  # more runs: the primary metric too (two runs keep two charts)
-            key = self.primary_key()
-            self.charts.append(OverlayChart(key, f"{key}, per evaluation", smooth=False,
-                                            id="metric-chart"))  # fmt: skip
+        key = self.primary_key()  # the primary metric per evaluation, every run's
+        self.charts.append(OverlayChart(key, f"{key}, per evaluation", smooth=False,
+                                        id="metric-chart"))  # fmt: skip
         self._text: tuple[str, str] | None = None
 
     def compose(self) -> ComposeResult:
