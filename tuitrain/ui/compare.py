@@ -60,7 +60,8 @@ intervals) · step: latest logged step · loss: train loss smoothed \
 as on the dashboard (EMA {w}) · samples/s: median of the points held · TFLOP/s: median \
 achieved (the run's FLOPs per sample x samples/s) · MFU: median TFLOP/s over the device's peak \
 (— without a known peak: CPUs unless --measure-peak) · val acc: latest evaluation \
-· B/A (C/A ...): each run's median samples/s over A's · gap: its primary metric minus A's (points for accuracy)"""
+· B/A (C/A ...): each run's median samples/s over A's · gap: its primary metric minus \
+A's (points for accuracy)"""
 
 
 @dataclass(frozen=True, slots=True)
