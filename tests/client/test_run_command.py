@@ -124,18 +124,22 @@ def test_signals_reach_the_script(tmp_path: Path, script: str, signum: int, stat
 
 
 def test_an_alert_with_action_stop_stops_the_script_and_runs_on_alert(tmp_path: Path) -> None:
-    run_dir, hook = tmp_path / "spiky", tmp_path / "alert.json"
+    run_dir, hook = tmp_path / "spiky", tmp_path / "alerts"
+    hook.mkdir()
     done = subprocess.run(
         [sys.executable, "-m", "tuitrain", "run", "--run-dir", str(run_dir), "--no-ui",
-         "--alert", "loss_spike=stop", "--on-alert", f"cat > {hook}", "--",
+         "--alert", "loss_spike=stop", "--alert", "divergence=warn",
+         "--on-alert", f"cat > $(mktemp -p {hook})", "--",
          sys.executable, str(SCRIPTS / "spiky.py")],
         capture_output=True, text=True, timeout=120, env=env(),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "should_stop=True" in done.stdout
     assert "alert loss_spike: asking the script to stop (SIGINT)" in done.stdout
-    alert = json.loads(hook.read_text())
-    assert alert["alert"] == "loss_spike" and alert["action"] == "stop"
+    # each alert's JSON on the hook's stdin, a file each (the hooks run concurrently; the
+    # spike is also a divergence)
+    alerts = {a["alert"]: a for a in (json.loads(f.read_text()) for f in hook.iterdir())}
+    assert alerts["loss_spike"]["action"] == "stop" and alerts["divergence"]["action"] == "warn"
     assert records(run_dir)[-1]["status"] == "completed"
 
 
