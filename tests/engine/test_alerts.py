@@ -196,7 +196,10 @@ def test_a_diverging_run_reaches_the_on_alert_script(tmp_path: Path) -> None:
     assert {a["alert"] for a in alerts} & {"loss_spike", "nonfinite_loss"}, alerts
     assert "alert " in proc.stderr  # headless: a line on stderr
     logged = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["alert"] for r in logged if r.get("kind") == "alert"] == [a["alert"] for a in alerts]
+    # every alert reached the script once; two of one log point may arrive in either order
+    # (each hook runs in a thread of its own)
+    written = sorted(r["alert"] for r in logged if r.get("kind") == "alert")
+    assert written == sorted(a["alert"] for a in alerts)
 
 
 @pytest.mark.parametrize(

@@ -126,7 +126,7 @@ async def test_l_toggles_log_y_in_compare(tmp_path: Path) -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         app.poll_all()
         await pilot.pause()
-        loss, rate = app.charts
+        loss, rate, metric = app.charts  # the primary metric's chart stays linear too
         title = str(loss.border_title)
         assert title.startswith("train loss") and "log y" not in title
         linear = tick_rows(loss)
@@ -137,6 +137,7 @@ async def test_l_toggles_log_y_in_compare(tmp_path: Path) -> None:
         log = tick_rows(loss)
         assert {0.5, 1.0} <= set(log) and log != linear
         assert rate.drawn_scale == "linear" and "log y" not in str(rate.border_title)
+        assert metric.drawn_scale == "linear" and "log y" not in str(metric.border_title)
 
         await pilot.press("l")
         assert str(loss.border_title) == title and loss.drawn_scale == "linear"
