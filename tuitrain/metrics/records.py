@@ -10,6 +10,7 @@ contract") says what each field means.
 from __future__ import annotations
 
 import math
+import numbers
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -122,6 +123,65 @@ def train_record(
 # `tokens_per_s` (a task that counts tokens). Any other field of a train record is one of the
 # task's own train metrics, which the header's `task.metrics` declares.
 TRAIN_EXTRA_FIELDS = ("rank_step_time_s", "rank_busy_s", "tokens_per_s")
+
+
+# Every field name the contract itself writes in a train or eval record. A user's key or a
+# task metric of one of these names never becomes that field: it is kept under
+# `user_field(name)` (`user/<name>`), so `{"type": 3}` or nanoGPT's `mfu` (in percent) can
+# neither hide a record nor replace the engine's measurement.
+CONTRACT_FIELDS = frozenset(
+    {*TRAIN_FIELDS, *TRAIN_EXTRA_FIELDS, "busy_s", "time", "rank", "tokens", "val_samples"}
+)
+USER_PREFIX = "user/"
+
+
+def user_field(name: str) -> str:
+    """The record field a user's metric `name` is written under: itself, or `user/<name>`
+    when the contract has a field of that name."""
+    return USER_PREFIX + name if name in CONTRACT_FIELDS else name
+
+
+# --------------------------------------------------------------------------- limits
+
+# One definition of what a record may be: writers (the engine's sinks, the client,
+# `tuitrain run`) keep within it, and every reader reads at least this much of a line.
+MAX_RECORD_BYTES = 256 * 1024  # one JSON line of a train, eval, event or end record
+MAX_HEADER_BYTES = 1 << 20  # the header line (its config): 1 MiB
+STEP_MAX = 2**63 - 1  # a step is an integer in 0..STEP_MAX (an int64: every reader's x axis)
+
+
+def valid_step(value: object) -> bool:
+    """An integer step every reader can place: 0 <= step <= STEP_MAX (no bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= STEP_MAX
+
+
+def plain_number(value: object) -> float | None:
+    """A real number as a float: int, float and bool, numpy's scalars and 0-d arrays, any
+    one-element value whose `.item()` gives a real number. None for anything else (text,
+    complex, containers, several elements); never raises."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        try:
+            return float(value)
+        except OverflowError:  # an int beyond a float
+            return math.inf if value > 0 else -math.inf
+
+    try:
+        if isinstance(value, numbers.Real):  # numpy's float32, int64 ... (registered Reals)
+            return float(value)
+        item = getattr(value, "item", None)
+        if item is None or isinstance(value, (str, bytes)):
+            return None
+        size = getattr(value, "size", None)
+        if isinstance(size, int) and size != 1:
+            return None
+        got = item()
+    except Exception:  # noqa: BLE001 - a foreign object's item() may raise anything
+        return None
+    if got is value or isinstance(got, complex):
+        return None
+    return plain_number(got) if isinstance(got, (bool, int, float, numbers.Real)) else None
 
 
 # --------------------------------------------------------------------------- task metrics
