@@ -6,27 +6,33 @@ import json
 import random
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tuitrain.gate import main
+from tuitrain.gate import bootstrap_ratio, main, median_draws
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def fake_run(path: Path, rate: float, acc: float, *, noise: float = 0.08, seed: int = 0,
-             points: int = 30) -> Path:  # fmt: skip
+def fake_run(path: Path, rate: float, acc: float | None, *, noise: float = 0.08, seed: int = 0,
+             points: int = 30, status: str | None = "completed", header: dict | None = None,
+             extra: list[dict] | None = None) -> Path:  # fmt: skip
     """A run's records as the engine writes them: header, train records with samples/s that
-    scatter by `noise` around `rate`, one eval at the end."""
+    scatter by `noise` around `rate`, one eval at the end (none when `acc` is None), then
+    `extra` records and the end record (none when `status` is None)."""
     rng = random.Random(seed)
     path.mkdir(parents=True)
-    lines = [{"type": "header", "preset": "fashion-mini", "config": {}}]
+    lines = [header or {"type": "header", "preset": "fashion-mini", "config": {}}]
     for step in range(1, points + 1):
         lines.append({"type": "train", "step": step, "loss": 1.0,
                       "samples_per_s": rate * (1 + rng.gauss(0, noise))})  # fmt: skip
-    lines.append({"type": "eval", "step": points, "val_loss": 0.4, "val_acc": acc})
-    lines.append({"type": "end", "status": "completed", "reason": "", "step": points})
+    if acc is not None:
+        lines.append({"type": "eval", "step": points, "val_loss": 0.4, "val_acc": acc})
+    lines += extra or []
+    if status is not None:
+        lines.append({"type": "end", "status": status, "reason": "", "step": points})
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     return path
 
@@ -37,7 +43,7 @@ def test_two_noisy_runs_of_one_config_pass(tmp_path: Path, capsys) -> None:
     assert main([str(a), str(b)]) == 0
     out = capsys.readouterr().out
     assert "| median samples/s |" in out and "bootstrap 95% interval" in out
-    assert out.count("| pass |") == 2
+    assert out.count("| pass |") == 3  # throughput, metric, both runs ended cleanly
 
 
 def test_a_slower_candidate_fails_and_the_summary_is_appended(
@@ -86,3 +92,170 @@ def test_two_real_runs_of_one_config_pass(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "val_acc (max, last evaluation)" in done.stdout
+
+
+# Each run the gate cannot judge, as a baseline or a candidate: (name, fake_run's arguments,
+# the check that fails, words its row says). Every one fails (exit 1), never passes.
+def nan_loss_at_5(path: Path) -> Path:
+    run = fake_run(path, 1000, 0.85, status="failed")
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    lines[5] = json.dumps({"type": "train", "step": 5, "loss": float("nan"),
+                           "samples_per_s": 1000.0})  # fmt: skip
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return run
+
+
+UNJUDGEABLE = {
+    "nan loss at step 5": (nan_loss_at_5, "run ended cleanly", "NaN or inf at step 5"),
+    "nonfinite-loss alert": (
+        lambda p: fake_run(
+            p,
+            1000,
+            0.85,
+            extra=[
+                {
+                    "type": "event",
+                    "level": "warning",
+                    "kind": "alert",
+                    "alert": "nonfinite_loss",
+                    "message": "alert nonfinite_loss",
+                    "step": 7,
+                }
+            ],
+        ),  # fmt: skip
+        "run ended cleanly",
+        "NaN or inf at step 7",
+    ),
+    "ended failed": (
+        lambda p: fake_run(p, 1000, 0.85, status="failed"),
+        "run ended cleanly",
+        "ended failed",
+    ),  # fmt: skip
+    "no end record": (
+        lambda p: fake_run(p, 1000, 0.85, status=None),
+        "run ended cleanly",
+        "no end record",
+    ),  # fmt: skip
+    "no log point after warm-up": (
+        lambda p: fake_run(p, 1000, 0.85, points=3),
+        "median samples/s",
+        "0 log point(s)",
+    ),  # fmt: skip
+    "one slow log point": (
+        lambda p: fake_run(p, 10, 0.85, points=4),
+        "median samples/s",
+        "1 log point(s)",
+    ),  # fmt: skip
+    "no evaluation": (
+        lambda p: fake_run(p, 1000, None),
+        "val_acc",
+        "has no evaluation of val_acc",
+    ),  # fmt: skip
+    "nan last evaluation": (
+        lambda p: fake_run(
+            p,
+            1000,
+            0.86,
+            extra=[{"type": "eval", "step": 31, "val_loss": 0.4, "val_acc": float("nan")}],
+        ),
+        "val_acc",
+        "last evaluation of val_acc (step 31) is not finite",
+    ),  # fmt: skip
+    "null last evaluation": (
+        lambda p: fake_run(
+            p, 1000, 0.86, extra=[{"type": "eval", "step": 31, "val_loss": 0.4, "val_acc": None}]
+        ),
+        "val_acc",
+        "is not finite",
+    ),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("side", ["candidate", "baseline"])
+@pytest.mark.parametrize("case", list(UNJUDGEABLE))
+def test_what_cannot_be_judged_fails_and_the_table_says_why(
+    tmp_path: Path, capsys, case: str, side: str
+) -> None:
+    make, check, words = UNJUDGEABLE[case]
+    good = fake_run(tmp_path / "good", 1000, 0.85, seed=1)
+    bad = make(tmp_path / "bad")
+    pair = [good, bad] if side == "candidate" else [bad, good]
+    assert main([*map(str, pair), "--json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["verdict"] == "FAIL"
+    row = next(r for r in result["checks"] if r["what"].startswith(check))
+    assert row["verdict"] == "FAIL" and words in row["why"] and f"the {side}" in row["why"]
+    assert main(list(map(str, pair))) == 1  # the markdown table names it too
+    out = capsys.readouterr().out
+    assert "tuitrain gate: FAIL" in out and words in out
+
+
+def test_every_check_says_pass_or_fail_never_na(tmp_path: Path, capsys) -> None:
+    """The healthy pair: three rows, each pass; no row is skipped as n/a."""
+    a = fake_run(tmp_path / "a", 1000, 0.85, seed=1)
+    b = fake_run(tmp_path / "b", 1000, 0.85, seed=2)
+    assert main([str(a), str(b), "--json"]) == 0
+    checks = json.loads(capsys.readouterr().out)["checks"]
+    assert [r["verdict"] for r in checks] == ["pass", "pass", "pass"]
+    assert [r["what"] for r in checks][2] == "run ended cleanly"
+
+
+def test_a_stopped_run_is_judged_on_its_figures(tmp_path: Path, capsys) -> None:
+    a = fake_run(tmp_path / "a", 1000, 0.85, seed=1)
+    b = fake_run(tmp_path / "b", 1000, 0.85, seed=2, status="stopped")
+    assert main([str(a), str(b)]) == 0
+    capsys.readouterr()
+
+
+def test_runs_of_different_tasks_are_unusable_input(tmp_path: Path, capsys) -> None:
+    lm = {
+        "type": "header",
+        "preset": "charlm-mini",
+        "config": {},
+        "task": {"name": "charlm", "primary": "val_loss", "mode": "min", "metrics": []},
+    }
+    other = {**lm, "task": {**lm["task"], "name": "regression"}}
+    a = fake_run(tmp_path / "a", 1000, 0.85)
+    b = fake_run(tmp_path / "b", 1000, 0.85, header=lm)
+    c = fake_run(tmp_path / "c", 1000, 0.85, header=other)
+    for pair in ((a, b), (b, a), (b, c)):
+        assert main([str(pair[0]), str(pair[1])]) == 2
+        err = capsys.readouterr().err
+        assert "different tasks" in err and len(err.strip().splitlines()) == 1
+    assert main([str(b), str(b)]) == 0  # one task: judged
+    capsys.readouterr()
+
+
+def test_a_reason_from_the_run_stays_in_its_table_cell(tmp_path: Path, capsys) -> None:
+    a = fake_run(tmp_path / "a", 1000, 0.85, seed=1)
+    b = fake_run(tmp_path / "b", 1000, 0.85, seed=2, status=None, extra=[
+        {"type": "end", "status": "failed", "reason": "a | b\n| c |", "step": 30}])  # fmt: skip
+    assert main([str(a), str(b)]) == 1
+    row = next(line for line in capsys.readouterr().out.splitlines() if "ended failed" in line)
+    assert row.count(" | ") == 5  # six cells: the reason's pipes are escaped, no newline
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 8])
+def test_the_medians_drawn_have_the_law_of_resampled_medians(n: int) -> None:
+    """median_draws (one sort) against resampling itself, 20,000 seeded draws each: the same
+    law of the bootstrap median, to the resolution of the draws."""
+    values = [float(v) for v in random.Random(n).sample(range(1000), n)]
+    rng = random.Random(1)
+    draws = median_draws(values, random.Random(2), 20_000)
+    direct = []
+    for _ in range(20_000):
+        pick = sorted(rng.choices(values, k=n))
+        direct.append((pick[(n - 1) // 2] + pick[n // 2]) / 2)
+    # the same probability of each possible median (a seeded comparison: no flakiness)
+    got, want = Counter(draws), Counter(direct)
+    assert max(abs(got[v] - want[v]) for v in {*got, *want}) / 20_000 < 0.02
+    assert set(draws) <= {(a + b) / 2 for a in values for b in values}
+
+
+def test_the_interval_is_seeded_and_brackets_the_ratio() -> None:
+    rng = random.Random(3)
+    base = [1000 * (1 + rng.gauss(0, 0.05)) for _ in range(200)]
+    cand = [800 * (1 + rng.gauss(0, 0.05)) for _ in range(300)]
+    low, high = bootstrap_ratio(base, cand)
+    assert (low, high) == bootstrap_ratio(base, cand)
+    assert 0.75 < low < 0.8 < high < 0.85

@@ -14,7 +14,18 @@ is worse by more than `--max-drop` in the metric's units (accuracy in points; de
 point, or the task's parity tolerance, else 1% of the baseline's value). One value per run:
 no interval (the records hold no per-item values); say so.
 
-Exit 0: pass; 1: a check failed; 2: a run is missing or unreadable. Prints a markdown table
+A verdict is never a pass by default: a check that cannot be made fails and the table says
+why (fewer than MIN_RATE_POINTS log points with samples/s after the warm-up; no evaluation of
+the primary metric, or a last evaluation that is not finite). So does a run that did not end
+cleanly: it ended failed, has no end record (crashed), or its loss became NaN or inf (a
+"run ended cleanly" row). Runs of different tasks (the header's task name or primary metric)
+are no input to compare: exit 2.
+
+The interval costs O(n log n) per run and not per resample: each run's points are sorted
+once and each resample's median is drawn from the order statistics' law (`median_draws`).
+
+Exit 0: pass; 1: a check failed or could not be made; 2: a run is missing or unreadable, or
+the runs trained different tasks. Prints a markdown table
 and appends it to $GITHUB_STEP_SUMMARY when that is set.
 """
 
@@ -33,10 +44,12 @@ from pathlib import Path
 from typing import Any
 
 from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError
-from tuitrain.metrics.records import task_declaration
+from tuitrain.metrics.records import task_declaration, valid_step
 
 EXIT_GATE_FAIL = 1
 RESAMPLES = 2000
+MIN_RATE_POINTS = 5  # log points after the warm-up for a throughput interval
+OK_STATUSES = ("completed", "stopped")  # an end record's status the gate can judge
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,9 +82,17 @@ class RunFigures:
     path: Path
     rates: list[float] = field(default_factory=list)
     header: dict[str, Any] | None = None
-    metric: float | None = None
+    metric: float | None = None  # the last evaluation's value (nan when it is not finite)
     metric_key: str | None = None
-    status: str | None = None
+    metric_step: int | None = None
+    status: str | None = None  # the end record's; None: no end record
+    reason: str = ""
+    nonfinite_loss: int | None = None  # the first step whose loss was NaN or inf (-1: unknown)
+    log_points: int = 0  # train records with samples/s, warm-up included
+
+    @property
+    def task(self) -> dict[str, Any]:
+        return task_declaration(self.header)
 
 
 def metrics_path(target: str) -> Path:
@@ -88,66 +109,158 @@ def read_run(target: str, warmup: int) -> RunFigures:
 
     path = metrics_path(target)
     run = RunFigures(path)
-    evals: list[dict[str, Any]] = []
+    last_eval: dict[str, Any] | None = None
     rates: list[float] = []
+    key: str | None = None
     for record in Reading(path):
         kind = record.get("type")
         if kind == "header" and run.header is None:
             run.header = record
+            key = task_declaration(record)["primary"] or "val_loss"
         elif kind == "train":
             rate = record.get("samples_per_s")
             if isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0:
                 rates.append(float(rate))
+            loss = record.get("loss")
+            if (
+                run.nonfinite_loss is None
+                and isinstance(loss, (int, float))
+                and not math.isfinite(loss)
+            ):
+                step = record.get("step")
+                run.nonfinite_loss = step if valid_step(step) else -1
         elif kind == "eval":
-            evals.append(record)
+            if key is not None and key in record:
+                last_eval = record
+        elif kind == "event":
+            if (
+                run.nonfinite_loss is None
+                and record.get("kind") == "alert"
+                and record.get("alert") == "nonfinite_loss"
+            ):
+                step = record.get("step")
+                run.nonfinite_loss = step if valid_step(step) else -1
         elif kind == "end":
-            run.status = record.get("status")
+            status = record.get("status")
+            run.status = status if isinstance(status, str) else "unknown"
+            run.reason = str(record.get("reason") or "")
     if run.header is None:
         raise UserError(f"{path} holds no header record; it is not a tuitrain run.")
-    run.rates = rates[warmup:] if len(rates) > warmup else rates
-    task = task_declaration(run.header)
-    run.metric_key = task["primary"] or "val_loss"
-    for record in reversed(evals):
-        value = record.get(run.metric_key)
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            run.metric = float(value)
-            break
+    run.log_points = len(rates)
+    run.rates = rates[warmup:]  # the warm-up is left out, however short the run
+    run.metric_key = key
+    if last_eval is not None:
+        value = last_eval.get(run.metric_key or "")
+        finite = isinstance(value, (int, float)) and math.isfinite(value)
+        run.metric = float(value) if finite else math.nan  # type: ignore[arg-type]  # null, NaN, inf
+        step = last_eval.get("step")
+        run.metric_step = step if valid_step(step) else None
     return run
+
+
+def same_task(base: RunFigures, cand: RunFigures) -> None:
+    """UserError (exit 2) when the runs trained different tasks: nothing to compare."""
+    a, b = base.task, cand.task
+    if (a["name"], base.metric_key) != (b["name"], cand.metric_key):
+        raise UserError(
+            f"the runs trained different tasks (baseline {a['name']}, primary metric "
+            f"{base.metric_key}; candidate {b['name']}, primary metric {cand.metric_key}); "
+            "gate a candidate against a baseline of its own task."
+        )
+
+
+def median_draws(values: Sequence[float], rng: random.Random, count: int) -> list[float]:
+    """`count` draws of the median of a bootstrap resample of `values` (n points drawn with
+    replacement), without resampling: sorted once, the k-th smallest of n uniform draws
+    is floor(n * U_(k)) with U_(k) ~ Beta(k, n + 1 - k), and the next one is U_(k) plus the
+    smallest of n - k uniforms above it. The same law as resampling, in O(n log n + count)."""
+    xs = sorted(values)
+    n = len(xs)
+    last = n - 1
+    out = []
+    for _ in range(count):
+        if n % 2:
+            k = (n + 1) // 2
+            u = rng.betavariate(k, n + 1 - k)
+            out.append(xs[min(int(n * u), last)])
+        else:
+            k = n // 2
+            u = rng.betavariate(k, n + 1 - k)
+            v = u + (1 - u) * rng.betavariate(1, n - k)
+            out.append((xs[min(int(n * u), last)] + xs[min(int(n * v), last)]) / 2)
+    return out
 
 
 def bootstrap_ratio(base: list[float], cand: list[float], seed: int = 0) -> tuple[float, float]:
     """95% interval of median(cand) / median(base), resampling each run's log points."""
     rng = random.Random(seed)
-    ratios = []
-    for _ in range(RESAMPLES):
-        b = statistics.median(rng.choices(base, k=len(base)))
-        c = statistics.median(rng.choices(cand, k=len(cand)))
-        ratios.append(c / b)
-    ratios.sort()
+    bs = median_draws(base, rng, RESAMPLES)
+    cs = median_draws(cand, rng, RESAMPLES)
+    ratios = sorted(c / b for b, c in zip(bs, cs, strict=True))
     return ratios[int(0.025 * RESAMPLES)], ratios[int(0.975 * RESAMPLES) - 1]
+
+
+def health(run: RunFigures) -> str | None:
+    """Why the run cannot be judged (it failed, crashed, or its loss blew up), or None."""
+    if run.nonfinite_loss is not None:
+        where = f" at step {run.nonfinite_loss:,}" if run.nonfinite_loss >= 0 else ""
+        return f"the loss became NaN or inf{where}"
+    if run.status is None:
+        return "no end record (it crashed, or is still running)"
+    if run.status not in OK_STATUSES:
+        return f"it ended {run.status}" + (f" ({run.reason[:80]})" if run.reason else "")
+    return None
+
+
+def not_possible(row: dict[str, Any], why: str) -> dict[str, Any]:
+    return {**row, "verdict": "FAIL", "why": f"not possible: {why}"}
 
 
 def judge(base: RunFigures, cand: RunFigures, max_slowdown: float, max_drop: float | None
           ) -> dict[str, Any]:  # fmt: skip
     rows: list[dict[str, Any]] = []
-    if len(base.rates) >= 2 and len(cand.rates) >= 2:
+    floor = 1 - max_slowdown / 100
+    throughput = {"what": "median samples/s", "baseline": None, "candidate": None,
+                  "ratio": None, "interval": None,
+                  "limit": f">= {floor:.2f}x (95% interval's upper end)"}  # fmt: skip
+    short = [
+        f"the {who} has {len(run.rates)} log point(s) with samples/s after the warm-up of "
+        f"{run.log_points - len(run.rates)} (needs {MIN_RATE_POINTS})"
+        for who, run in (("baseline", base), ("candidate", cand))
+        if len(run.rates) < MIN_RATE_POINTS
+    ]
+    if short:
+        rows.append(not_possible(throughput, "; ".join(short)))
+    else:
         mb, mc = statistics.median(base.rates), statistics.median(cand.rates)
         low, high = bootstrap_ratio(base.rates, cand.rates)
-        floor = 1 - max_slowdown / 100
         rows.append({
-            "what": "median samples/s", "baseline": mb, "candidate": mc, "ratio": mc / mb,
-            "interval": [low, high], "limit": f">= {floor:.2f}x (95% interval's upper end)",
-            "verdict": "FAIL" if high < floor else "pass",
+            **throughput, "baseline": mb, "candidate": mc, "ratio": mc / mb,
+            "interval": [low, high], "verdict": "FAIL" if high < floor else "pass",
         })  # fmt: skip
-    else:
-        rows.append({"what": "median samples/s", "baseline": None, "candidate": None,
-                     "ratio": None, "interval": None, "limit": "", "verdict": "n/a",
-                     "why": "fewer than 2 log points with samples/s after warm-up"})  # fmt: skip
-    task = task_declaration(base.header)
+    task = base.task
     key = base.metric_key or "val_loss"
-    if base.metric is not None and cand.metric is not None and key == cand.metric_key:
-        pct = key == "val_acc"
-        scale = 100.0 if pct else 1.0
+    pct = key == "val_acc"
+    scale = 100.0 if pct else 1.0
+    quality: dict[str, Any] = {
+        "what": f"{key} ({task['mode']}, last evaluation)", "ratio": None, "interval": None,
+        "limit": "", "baseline": None, "candidate": None,
+    }  # fmt: skip
+    for who, run in (("baseline", base), ("candidate", cand)):
+        if run.metric is not None and math.isfinite(run.metric):
+            quality[who] = run.metric * scale
+    missing = [
+        f"the {who} has no evaluation of {key}" if run.metric is None else
+        f"the {who}'s last evaluation of {key}"
+        + (f" (step {run.metric_step:,})" if run.metric_step is not None else "")
+        + " is not finite"
+        for who, run in (("baseline", base), ("candidate", cand))
+        if run.metric is None or not math.isfinite(run.metric)
+    ]  # fmt: skip
+    if missing:
+        rows.append(not_possible(quality, "; ".join(missing)))
+    else:
+        assert base.metric is not None and cand.metric is not None
         worse = (
             (base.metric - cand.metric) if task["mode"] == "max" else (cand.metric - base.metric)
         )
@@ -162,21 +275,24 @@ def judge(base: RunFigures, cand: RunFigures, max_slowdown: float, max_drop: flo
             limit, source = 0.01 * abs(base.metric) or 0.01, "default: 1% of the baseline"
         unit = " pt" if pct else ""
         rows.append({
-            "what": f"{key} ({task['mode']}, last evaluation)",
-            "baseline": base.metric * scale, "candidate": cand.metric * scale,
-            "ratio": None, "interval": None,
-            "limit": f"worse by <= {limit:g}{unit} ({source})",
+            **quality, "limit": f"worse by <= {limit:g}{unit} ({source})",
             "worse_by": worse, "verdict": "FAIL" if worse > limit + 1e-12 else "pass",
         })  # fmt: skip
+    status = {"what": "run ended cleanly", "baseline": base.status, "candidate": cand.status,
+              "ratio": None, "interval": None,
+              "limit": f"ended {' or '.join(OK_STATUSES)}, finite loss"}  # fmt: skip
+    sick = [f"the {who}: {why}" for who, run in (("baseline", base), ("candidate", cand))
+            if (why := health(run))]  # fmt: skip
+    if sick:
+        rows.append({**status, "verdict": "FAIL", "why": "; ".join(sick)})
     else:
-        rows.append({"what": key, "baseline": base.metric, "candidate": cand.metric,
-                     "ratio": None, "interval": None, "limit": "", "verdict": "n/a",
-                     "why": "no evaluation of it in a run, or the metrics differ"})  # fmt: skip
+        rows.append({**status, "verdict": "pass"})
     failed = any(r["verdict"] == "FAIL" for r in rows)
     return {"verdict": "FAIL" if failed else "PASS", "checks": rows,
             "test": f"throughput: bootstrap 95% interval of the ratio of medians ({RESAMPLES} "
                     "resamples of the log points after warm-up, seed 0); metric: the last "
-                    "evaluation of each run, no interval (one value per run)"}  # fmt: skip
+                    "evaluation of each run, no interval (one value per run); a check that "
+                    "cannot be made fails"}  # fmt: skip
 
 
 def fmt(value: Any) -> str:
@@ -185,6 +301,13 @@ def fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.4g}"
     return str(value)
+
+
+def cell(text: str) -> str:
+    """Text from a run (an end record's status or reason) as one markdown table cell."""
+    from tuitrain.text import strip_controls
+
+    return strip_controls(text, one_line=True).replace("|", "\\|")
 
 
 def markdown(result: dict[str, Any], base: RunFigures, cand: RunFigures) -> str:
@@ -203,9 +326,10 @@ def markdown(result: dict[str, Any], base: RunFigures, cand: RunFigures) -> str:
             ratio = f"{row['ratio']:.3f}x [{low:.3f}, {high:.3f}]"
         elif row.get("worse_by") is not None:
             ratio = f"worse by {row['worse_by']:+.4g}"
+        limit = row.get("why") or row["limit"]  # a check that failed or was not possible: why
         lines.append(
-            f"| {row['what']} | {fmt(row['baseline'])} | {fmt(row['candidate'])} | {ratio} "
-            f"| {row['limit'] or row.get('why', '')} | {row['verdict']} |"
+            f"| {row['what']} | {cell(fmt(row['baseline']))} | {cell(fmt(row['candidate']))} "
+            f"| {ratio} | {cell(limit)} | {row['verdict']} |"
         )
     lines += ["", f"Test: {result['test']}.", ""]
     return "\n".join(lines)
@@ -224,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UserError(f"--warmup {args.warmup} must be >= 0.")
         base = read_run(args.baseline, args.warmup)
         cand = read_run(args.candidate, args.warmup)
+        same_task(base, cand)
     except UserError as exc:
         print(f"tuitrain gate: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
