@@ -130,3 +130,55 @@ class TreeSampler:
                 busiest = util if busiest is None else max(busiest, util)
         if busiest is not None:
             sample.gpu_mem_bytes, sample.gpu_util_pct = used, busiest
+
+
+# --------------------------------------------------------------------------- what a script left
+
+CMD_SHOWN = 120  # characters of one leftover process's command line
+
+
+def _command(pid: int) -> str:
+    """A process's command line (NULs as spaces, at most CMD_SHOWN characters), else its name."""
+    text = ""
+    with contextlib.suppress(OSError), open(PROC / str(pid) / "cmdline", "rb") as f:
+        text = f.read(4 * CMD_SHOWN).replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    if not text:
+        with contextlib.suppress(OSError):
+            text = "[" + (PROC / str(pid) / "comm").read_text().strip() + "]"
+    return text if len(text) <= CMD_SHOWN else text[: CMD_SHOWN - 1] + "…"
+
+
+def group_members(pgid: int) -> list[tuple[int, str]]:
+    """(pid, command) of the live processes in process group `pgid` (zombies left out: they
+    are already dead). Empty where there is no /proc."""
+    found = []
+    for entry in PROC.glob("[0-9]*"):
+        try:
+            pid = int(entry.name)
+            text = (entry / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        rest = text[text.rfind(")") + 2 :].split()  # state ppid pgrp ...
+        if len(rest) > 2 and rest[0] not in ("Z", "X") and rest[2] == str(pgid):
+            found.append((pid, _command(pid)))
+    return sorted(found)
+
+
+def files_open_named(pids: list[int], name: str) -> set[str]:
+    """The paths of the files named `name` that the processes `pids` hold open (from
+    /proc/PID/fd; what cannot be read is left out)."""
+    out: set[str] = set()
+    for pid in pids:
+        fd_dir = PROC / str(pid) / "fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd_dir / fd)
+                if target.endswith(" (deleted)"):
+                    continue
+                if os.path.basename(target) == name:
+                    out.add(target)
+    return out

@@ -11,16 +11,32 @@ The dashboard is `watch`'s over the run's metrics.jsonl.
 SIGTERM, SIGINT and SIGHUP sent to `tuitrain run` go to the script. `tuitrain run` exits with
 the script's exit code (a signal as 128 + N). The run always has an end record: when the
 script left none (it never called `finish`, was killed, or never logged at all), tuitrain
-writes one naming the exit code.
+writes one naming the exit code and the last step the records reached; a script that exits
+non-zero after an end record saying "completed" gets a later end record saying it failed
+(readers take the last one).
+
+The run dir is `tuitrain run`'s while it lives: it holds RUN_DIR/.tuitrain-run.lock (a second
+`tuitrain run` there is refused, even before the script takes the writer lock), opens
+output.log without following a link, and refuses a link, FIFO, device, socket or directory
+where output.log or metrics.jsonl go. What the script leaves running in its process group
+when it exits is ended (SIGTERM, SIGKILL after the grace) and named in a warning event.
+
+Output of any size: it is read in chunks of CHUNK bytes and written to output.log as read
+(complete, raw); for the screen, `\n`, `\r\n` and `\r` end a line and a line is cut to
+LINE_CAP bytes with a marker (never more than that is held for a line).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
+import re
 import signal
+import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -32,8 +48,16 @@ from typing import IO, Any
 
 import tuitrain
 from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError
+from tuitrain.metrics.records import MAX_HEADER_BYTES, end_record, event_record, valid_step
+from tuitrain.safefile import LinkRefused, not_regular, open_nofollow
 
 GRACE_S = 10.0
+HOOK_TIMEOUT_S = 60.0  # an --on-alert hook (and what it started) is killed after this
+CHUNK = 64 * 1024  # the script's output is read this much at a time
+LINE_CAP = 4096  # bytes of one output line shown (Output pane, --no-ui); output.log keeps all
+RUN_LOCK_NAME = ".tuitrain-run.lock"  # held by `tuitrain run` for its whole life
+LOOK_EVERY_S = 1.0  # how often to look for a metrics.jsonl the script writes elsewhere
+SHOWN_LEFTOVERS = 5  # commands named in the leftover-processes event
 TREE_EVERY_S = 30.0  # --no-ui: a line on the script's process tree this often
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -101,7 +125,8 @@ def alert_rules(items: Sequence[str]) -> dict[str, str]:
 
 class AlertActions:
     """What `tuitrain run` does with the alert events the client writes: a `stop` asks the
-    script to stop (for loops that do not poll run.should_stop), `--on-alert` runs."""
+    script to stop (for loops that do not poll run.should_stop), `--on-alert` runs (in a
+    session of its own: a hook that outlives HOOK_TIMEOUT_S is killed with what it started)."""
 
     def __init__(self, script: Script, on_alert: str | None, say: Callable[[str], None]) -> None:
         self.script, self.on_alert, self.say = script, on_alert, say
@@ -120,19 +145,197 @@ class AlertActions:
             self.hooks.append(thread)
 
     def _hook(self, payload: str) -> None:
-        with contextlib.suppress(Exception):
-            subprocess.run(
-                self.on_alert or "", shell=True, input=payload, text=True, timeout=60,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        try:
+            proc = subprocess.Popen(
+                self.on_alert or "", shell=True, stdin=subprocess.PIPE, text=True,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
+        except OSError:
+            return
+        try:
+            proc.communicate(payload, timeout=HOOK_TIMEOUT_S)
+        except BaseException as exc:  # the timeout, or a broken pipe: end its whole session
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            if isinstance(exc, subprocess.TimeoutExpired):
+                with contextlib.suppress(Exception):
+                    self.say(
+                        f"--on-alert ran longer than {HOOK_TIMEOUT_S:g} s: it was killed, "
+                        "with everything it started"
+                    )
+            elif not isinstance(exc, OSError):
+                raise
 
     def close(self) -> None:
+        deadline = time.monotonic() + HOOK_TIMEOUT_S + 5
         for thread in self.hooks:
-            thread.join(timeout=60)
+            thread.join(timeout=max(deadline - time.monotonic(), 0.1))
+
+
+class LineCutter:
+    """The script's output bytes in, lines for a screen out: `\\n`, `\\r\\n` and a lone `\\r`
+    (a progress bar's redraw) end a line, and a line longer than `cap` bytes is cut to its
+    first `cap` bytes plus "… [cut: N bytes]". Never holds more than `cap` bytes."""
+
+    EOL = re.compile(rb"\r\n|\r|\n")
+
+    def __init__(self, cap: int = LINE_CAP) -> None:
+        self.cap = cap
+        self.held = bytearray()
+        self.cut = 0  # bytes of the current line not held
+        self.after_cr = False  # the last chunk ended with \r: a \n first in the next is its pair
+        self.most_held = 0  # the most bytes ever held (tests check the bound)
+
+    def feed(self, data: bytes) -> list[str]:
+        start = 1 if self.after_cr and data[:1] == b"\n" else 0
+        self.after_cr = False
+        lines = []
+        for match in self.EOL.finditer(data, start):
+            self._keep(data, start, match.start())
+            lines.append(self._line())
+            start = match.end()
+            if match.group() == b"\r" and start == len(data):
+                self.after_cr = True
+        self._keep(data, start, len(data))
+        return lines
+
+    def flush(self) -> list[str]:
+        """The last line when the output ended without a line end."""
+        return [self._line()] if self.held or self.cut else []
+
+    def _keep(self, data: bytes, start: int, end: int) -> None:
+        room = max(self.cap - len(self.held), 0)
+        take = min(room, end - start)
+        self.held += data[start : start + take]
+        self.cut += end - start - take
+        self.most_held = max(self.most_held, len(self.held))
+
+    def _line(self) -> str:
+        raw, cut = bytes(self.held), self.cut
+        self.held.clear()
+        self.cut = 0
+        if not cut:
+            return raw.decode("utf-8", "replace")
+        for k in range(4):  # a character the cap split in two is left out whole
+            try:
+                text = raw[: len(raw) - k].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            return f"{text} … [cut: {cut + k} bytes]"
+        return f"{raw.decode('utf-8', 'replace')} … [cut: {cut} bytes]"
+
+
+def _lstat_mode(path: Path) -> int | None:
+    try:
+        return os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def refuse_special(path: Path) -> None:
+    """A link, FIFO, device, socket or directory at `path` (a run dir file tuitrain run reads
+    or writes) is refused in one sentence (exit 2); nothing there, or a regular file, is fine."""
+    mode = _lstat_mode(path)
+    if mode is None or stat.S_ISREG(mode):
+        return
+    if stat.S_ISLNK(mode):
+        raise LinkRefused(
+            f"{path} is a symbolic link; tuitrain does not write through links (one planted "
+            "in a shared folder could point at any of your files): remove it, or pass "
+            "another --run-dir."
+        )
+    raise not_regular(path, mode, "remove or rename it, or pass another --run-dir")
+
+
+def open_for_reading(path: Path) -> int | None:
+    """A descriptor on `path` when it is a regular file (a link is not followed, a FIFO never
+    waited on); None otherwise (missing, special, unreadable)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def last_records(metrics: Path, chunk: int = 1 << 20) -> tuple[dict[str, Any] | None, int | None]:
+    """(the last record of metrics.jsonl, the step of the last record that has one), read
+    backwards a chunk at a time until both are known (bounded memory, whatever the size)."""
+    fd = open_for_reading(metrics)
+    if fd is None:
+        return None, None
+    last: dict[str, Any] | None = None
+    step: int | None = None
+    try:
+        pos, carry, drop_tail = os.fstat(fd).st_size, b"", False
+        while pos > 0 and (last is None or step is None):
+            start = max(0, pos - chunk)
+            data = os.pread(fd, pos - start, start)
+            if not data:
+                break
+            lines = (data + carry).split(b"\n")
+            if drop_tail:  # the end of a line too long to be a record
+                lines[-1], drop_tail = b"", False
+            carry = lines.pop(0) if start > 0 else b""
+            if len(carry) > MAX_HEADER_BYTES + 1:
+                carry, drop_tail = b"", True
+            for line in reversed(lines):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(record, dict):
+                    continue
+                if last is None:
+                    last = record
+                if (
+                    step is None
+                    and record.get("type") != "header"
+                    and valid_step(record.get("step"))
+                ):
+                    step = int(record["step"])
+                if step is not None:
+                    break
+            pos = start
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return last, step
+
+
+def end_group(pgid: int, grace_s: float) -> list[str]:
+    """End what is left of process group `pgid` (the script has exited): SIGTERM, then SIGKILL
+    after `grace_s`. Returns the commands of the processes that were left (Linux: /proc)."""
+    from tuitrain.proctree import group_members
+
+    left = group_members(pgid)
+    if not left:
+        return []
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if group_members(pgid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    return [command for _, command in left]
 
 
 class Script:
-    """The child process, its output pump and the run dir's end record."""
+    """The child process, its output pump and the run dir's end record. Creating it claims
+    the run dir (RUN_LOCK_NAME, held until `finish`), refuses special files where output.log
+    and metrics.jsonl go, then starts the command."""
 
     def __init__(
         self, command: list[str], run_dir: Path, grace_s: float,
@@ -143,11 +346,27 @@ class Script:
         self.started = time.monotonic()
         self.stop_asked: float | None = None
         self.signal_name: str | None = None
+        self.notes: list[str] = []  # said once the run is over (main prints them)
+        self.elsewhere: str | None = None  # a metrics.jsonl the script writes instead of ours
+        self.leftovers: list[str] = []
+        self._looked = 0.0
+        self._code: int | None = None
+        self._finishing = threading.Lock()
+        self._out_lock = threading.Lock()
         env = {**os.environ, "TUITRAIN_RUN_DIR": str(run_dir), "PYTHONUNBUFFERED": "1"}
         if alerts:
             env["TUITRAIN_ALERTS"] = json.dumps(alerts)  # the client's rules
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.output = open(run_dir / "output.log", "ab", buffering=0)  # noqa: SIM115
+        self._run_lock = claim_run_dir(run_dir)
+        try:
+            from tuitrain.engine.rundir import refuse_if_held
+
+            refuse_if_held(run_dir)  # a hosted run or a script of its own writing there now
+            refuse_special(self.metrics)
+            self.output = open_nofollow(run_dir / "output.log", "ab", buffering=0)
+        except BaseException:
+            self._run_lock.close()
+            raise
         try:
             self.proc = subprocess.Popen(
                 command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -155,19 +374,41 @@ class Script:
             )  # fmt: skip
         except OSError as exc:
             self.output.close()
+            self._run_lock.close()
             raise UserError(
                 f"cannot start {command[0]!r} ({exc.strerror or exc}); check the command after --."
             ) from exc
         self.listeners: list[Callable[[str], None]] = []
+        self.cutter = LineCutter()
         self.pump = threading.Thread(target=self._pump, name="tuitrain-output", daemon=True)
         self.pump.start()
 
     def _pump(self) -> None:
+        """CHUNK bytes at a time: to output.log as read, then as cut lines to the listeners."""
         assert self.proc.stdout is not None
-        for raw in iter(self.proc.stdout.readline, b""):
-            with contextlib.suppress(OSError):
-                self.output.write(raw)
-            line = raw.decode("utf-8", "replace").rstrip("\n")
+        fd = self.proc.stdout.fileno()
+        while True:
+            try:
+                data = os.read(fd, CHUNK)
+            except OSError:
+                break
+            if not data:
+                break
+            self._record(data)
+            self._tell(self.cutter.feed(data))
+        self._tell(self.cutter.flush())
+
+    def _record(self, data: bytes) -> None:
+        with self._out_lock, contextlib.suppress(OSError, ValueError):  # full disk; closed
+            view = memoryview(data)
+            while view and not self.output.closed:
+                written = self.output.write(view)
+                if not written:
+                    break
+                view = view[written:]
+
+    def _tell(self, lines: list[str]) -> None:
+        for line in lines:
             for listener in list(self.listeners):
                 with contextlib.suppress(Exception):
                     listener(line)
@@ -192,34 +433,122 @@ class Script:
         elif waited > self.grace_s:
             self.send(signal.SIGTERM)
 
+    def look_elsewhere(self) -> str | None:
+        """Called now and then while the script runs: the first time its process tree is seen
+        holding a metrics.jsonl other than this run's (it passed a run_dir of its own), that
+        path; None otherwise."""
+        if self.elsewhere is not None or time.monotonic() - self._looked < LOOK_EVERY_S:
+            return None
+        self._looked = time.monotonic()
+        from tuitrain.proctree import files_open_named, tree_pids
+
+        ours = os.path.realpath(self.metrics)
+        others = sorted(p for p in files_open_named(tree_pids(self.proc.pid), "metrics.jsonl")
+                        if os.path.realpath(p) != ours)  # fmt: skip
+        if not others:
+            return None
+        self.elsewhere = others[0]
+        return (
+            f"the script writes its records to {self.elsewhere}, not to {self.metrics}: it "
+            "passes a run_dir of its own, so this view stays empty (tuitrain watch "
+            f"{os.path.dirname(self.elsewhere)} shows that run)"
+        )
+
     def exit_code(self) -> int:
         code = self.proc.returncode
         return 128 - code if code is not None and code < 0 else int(code or 0)
 
     def finish(self) -> int:
-        """After the child ended: the output drained, the end record ensured, the exit code.
-        Idempotent."""
-        if self.output.closed:
-            return self.exit_code()
-        self.pump.join(timeout=5)
-        self.output.close()
-        code = self.exit_code()
-        ensure_end(self.metrics, code, self.command, time.monotonic() - self.started)
-        return code
+        """After the child ended: what it left in its process group ended, the output drained,
+        the end record ensured, the run dir given back; the exit code. Idempotent and
+        thread-safe (a second caller waits for the first)."""
+        with self._finishing:
+            if self._code is not None:
+                return self._code
+            self.proc.wait()
+            code = self.exit_code()
+            self.leftovers = end_group(self.proc.pid, self.grace_s)
+            self.pump.join(timeout=5)
+            with self._out_lock:
+                self.output.close()
+            try:
+                self._write_records(code)
+            finally:
+                self._run_lock.close()
+            self._code = code
+            return code
+
+    def _write_records(self, code: int) -> None:
+        """The leftover-processes event and the end record, as the run dir's writer: skipped,
+        with a note, when another writer holds it now (the script was not its writer)."""
+        from tuitrain.engine.rundir import RunDirLock
+
+        try:
+            lock = RunDirLock(self.run_dir)
+        except (UserError, OSError) as exc:
+            self.notes.append(f"no end record written to {self.metrics}: {exc}")
+            return
+        try:
+            ensure_end(self.metrics, code, self.command, time.monotonic() - self.started,
+                       leftovers=self.leftovers, elsewhere=self.elsewhere,
+                       signalled=(self.proc.returncode or 0) < 0, grace_s=self.grace_s)  # fmt: skip
+        except (UserError, OSError) as exc:
+            self.notes.append(f"no end record written to {self.metrics}: {exc}")
+        finally:
+            lock.release()
+        if self.leftovers:
+            self.notes.append(leftover_message(self.leftovers, self.grace_s))
 
 
-def ensure_end(metrics: Path, code: int, command: Sequence[str], elapsed: float) -> None:
-    """Append an end record when the script left none (and a header when it wrote nothing)."""
-    last = None
-    if metrics.exists():
-        with contextlib.suppress(OSError), open(metrics, "rb") as f:
-            for line in f:
-                if line.strip():
-                    last = line
-    if last is not None:
-        with contextlib.suppress(ValueError):
-            if json.loads(last).get("type") == "end":
-                return
+def claim_run_dir(run_dir: Path) -> IO[str]:
+    """RUN_DIR/.tuitrain-run.lock, locked for this `tuitrain run`'s life (the file held open);
+    another `tuitrain run` holding it is one sentence (exit 2)."""
+    import fcntl
+
+    f = open_nofollow(run_dir / RUN_LOCK_NAME, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        f.seek(0)
+        holder = (f.read(64).split() or ["?"])[0]
+        f.close()
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        raise UserError(
+            f"run dir {run_dir} is in use by another tuitrain run (pid {holder}); wait for it "
+            "to end, or pass another --run-dir."
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()} {socket.gethostname()}")
+    f.flush()
+    return f
+
+
+def leftover_message(commands: Sequence[str], grace_s: float) -> str:
+    n = len(commands)
+    shown = "; ".join(commands[:SHOWN_LEFTOVERS]) + (
+        f"; and {n - SHOWN_LEFTOVERS} more" if n > SHOWN_LEFTOVERS else ""
+    )
+    return (
+        f"the script left {n} process{'es' * (n > 1)} running in its process group when it "
+        f"exited; tuitrain run ended them (SIGTERM, SIGKILL after {grace_s:g} s): {shown}"
+    )
+
+
+def ensure_end(
+    metrics: Path, code: int, command: Sequence[str], elapsed: float, *,
+    leftovers: Sequence[str] = (), elsewhere: str | None = None, signalled: bool = False,
+    grace_s: float = GRACE_S,
+) -> None:  # fmt: skip
+    """Append an end record when the script left none (and a header when it wrote nothing),
+    or a later one when it left "completed" but exited non-zero; a warning event first when
+    it left processes behind. The end record names the exit code and the last step seen."""
+    last, step = last_records(metrics)
+    left_end = last is not None and last.get("type") == "end"
+    wrong = left_end and code != 0 and (last or {}).get("status") == "completed"
+    if left_end and not wrong and not leftovers:
+        return
     from tuitrain.metrics.sinks import JsonlSink
 
     sink = JsonlSink(metrics)
@@ -233,19 +562,42 @@ def ensure_end(metrics: Path, code: int, command: Sequence[str], elapsed: float)
                     "task": {"name": "script", "primary": None, "metrics": []},
                 }
             )  # fmt: skip
-        if code == 0:
-            status, reason = "completed", "the script exited with code 0 without an end record"
-        elif code > 128:
+        if leftovers:
+            sink.write(
+                event_record(
+                    leftover_message(leftovers, grace_s), level="warning",
+                    kind="leftover_processes", processes=len(leftovers),
+                    commands=list(leftovers[:SHOWN_LEFTOVERS]),
+                )
+            )  # fmt: skip
+        if left_end and not wrong:
+            return
+        if signalled and code > 128:
             name = signal.Signals(code - 128).name if code - 128 in signal.valid_signals() else "?"
             status, reason = "stopped", f"the script was ended by {name} (exit code {code})"
+        elif code == 0:
+            status, reason = "completed", "the script exited with code 0 without an end record"
         else:
             status, reason = "failed", f"the script exited with code {code}"
-        if last is None:
-            reason += "; it logged nothing through tuitrain (call tuitrain.init in it)"
-        sink.write(
-            {"type": "end", "status": status, "reason": reason, "step": 0,
-             "elapsed_s": round(elapsed, 3), "exit_code": code}
-        )  # fmt: skip
+        totals: dict[str, Any] = {}
+        if wrong:
+            assert last is not None
+            reason += ' after writing an end record that says "completed"'
+            totals = {k: v for k, v in last.items() if k not in ("type", "status", "reason")}
+        elif last is None:
+            if elsewhere:
+                reason += (
+                    f"; it logged to {elsewhere[:300]}, not to this run dir (a run_dir passed "
+                    "in the script overrides TUITRAIN_RUN_DIR there)"
+                )
+            else:
+                reason += (
+                    "; it logged nothing to this run dir through tuitrain (call tuitrain.init "
+                    "in it, without a run_dir of its own)"
+                )
+        totals.update(elapsed_s=round(elapsed, 3), exit_code=code)
+        totals.pop("step", None)
+        sink.write(end_record(status, reason, step if step is not None else 0, **totals))
     finally:
         sink.close()
 
@@ -282,8 +634,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     print(f"tuitrain run: {' '.join(command)} (run dir {run_dir})", file=sys.stderr)
     if args.no_ui or not (sys.stdin.isatty() and sys.stdout.isatty()):
-        return run_headless(script, args.on_alert)
-    return run_dashboard(script, args.on_alert)
+        code = run_headless(script, args.on_alert)
+    else:
+        code = run_dashboard(script, args.on_alert)
+    for note in script.notes:
+        with contextlib.suppress(OSError, ValueError):
+            print(f"tuitrain run: {note}", file=sys.stderr, flush=True)
+    return code
 
 
 def forward_signals(script: Script) -> Callable[[], None]:
@@ -310,53 +667,69 @@ def run_headless(script: Script, on_alert: str | None = None) -> int:
     from tuitrain.metrics.format import format_record
 
     out: IO[str] = sys.stdout
+
+    def say(text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            print(f"[tuitrain] {text}", file=out, flush=True)
+
     script.listeners.append(lambda line: print(line, file=out, flush=True))
     from tuitrain.proctree import TreeSampler
 
     undo = forward_signals(script)
     tail = Tail(script.metrics)
     tree, said = TreeSampler(script.proc.pid), time.monotonic()
-    actions = AlertActions(script, on_alert, lambda text: print(f"[tuitrain] {text}", file=out))
+    actions = AlertActions(script, on_alert, say)
     tree.sample()  # the CPU share is measured from here
+
+    def show_records() -> None:
+        for record in tail.read():
+            actions.see(record)
+            if record.get("type") != "header" and (text := format_record(record)):
+                say(text)
+
     try:
         while script.proc.poll() is None:
             if time.monotonic() - said >= TREE_EVERY_S:
                 said = time.monotonic()
-                print(f"[tuitrain] {tree.sample().text()}", file=out, flush=True)
-            for record in tail.read():
-                actions.see(record)
-                if record.get("type") != "header" and (text := format_record(record)):
-                    print(f"[tuitrain] {text}", file=out, flush=True)
+                say(tree.sample().text())
+            show_records()
+            if note := script.look_elsewhere():
+                say(note)
             script.escalate()
             time.sleep(0.25)
+        code = script.finish()  # signals still go to the script (and its leftovers) meanwhile
     finally:
         undo()
-    code = script.finish()
-    for record in tail.read():
-        actions.see(record)
-        if record.get("type") != "header" and (text := format_record(record)):
-            print(f"[tuitrain] {text}", file=out, flush=True)
+    show_records()
     actions.close()
     return code
 
 
 class Tail:
-    """New whole lines of a growing JSONL file, as records (bad lines skipped)."""
+    """New whole lines of a growing JSONL file, as records (bad lines skipped). Never follows
+    a link or waits on a FIFO there; a line longer than any record is skipped, not held."""
 
     def __init__(self, path: Path) -> None:
         self.path, self.offset, self.rest = path, 0, b""
+        self.skipping = False  # inside a line too long to be a record
 
     def read(self) -> list[dict[str, Any]]:
+        fd = open_for_reading(self.path)
+        if fd is None:
+            return []
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read(1 << 20)
+            data = os.pread(fd, 1 << 20, self.offset)
         except OSError:
             return []
+        finally:
+            os.close(fd)
         self.offset += len(data)
-        data = self.rest + data
-        lines = data.split(b"\n")
+        lines = (self.rest + data).split(b"\n")
         self.rest = lines.pop()
+        if self.skipping and lines:
+            lines[0], self.skipping = b"", False
+        if len(self.rest) > MAX_HEADER_BYTES + 1:
+            self.rest, self.skipping = b"", True
         out = []
         for line in lines:
             with contextlib.suppress(ValueError):
@@ -373,13 +746,13 @@ def run_dashboard(script: Script, on_alert: str | None = None) -> int:
     try:
         app = ScriptApp(script, on_alert)
         app.run()
+        if script.proc.poll() is None:  # the app left first (a second q): stop the script too
+            script.request_stop(signal.SIGTERM)
+            try:
+                script.proc.wait(timeout=script.grace_s)
+            except subprocess.TimeoutExpired:
+                script.send(signal.SIGKILL)
+                script.proc.wait()
+        return script.finish()
     finally:
         undo()
-    if script.proc.poll() is None:  # the app left first (a second q): stop the script too
-        script.request_stop(signal.SIGTERM)
-        try:
-            script.proc.wait(timeout=script.grace_s)
-        except subprocess.TimeoutExpired:
-            script.send(signal.SIGKILL)
-            script.proc.wait()
-    return script.finish()

@@ -1,10 +1,16 @@
 """The dashboard of `tuitrain run -- CMD`: `watch`'s view over the script's run, and an Output
 pane with the script's stdout and stderr. `q` asks the script to stop (SIGINT, then SIGTERM
-after the grace period); the app stays open on the ended run until `q` again."""
+after the grace period); the app stays open on the ended run until `q` again.
+
+The pane keeps up whatever the script prints: lines reach it through a bounded queue (the
+oldest dropped and counted: "[N lines skipped]"), at most DRAIN_MAX lines a tick, each
+already cut to tuitrain.script.LINE_CAP bytes; output.log keeps everything."""
 
 from __future__ import annotations
 
-import queue
+import contextlib
+import threading
+from collections import deque
 from typing import TYPE_CHECKING
 
 from textual.widgets import RichLog
@@ -19,6 +25,39 @@ if TYPE_CHECKING:
     from tuitrain.script import Script
 
 MAX_OUTPUT_LINES = 2000
+QUEUE_MAX = MAX_OUTPUT_LINES  # more lines than the pane keeps would never be seen
+DRAIN_MAX = 250  # lines written to the pane per tick (5 ticks a second)
+
+
+class LineQueue:
+    """Lines from the output pump (a thread) to the UI: at most `cap` kept; a put beyond that
+    drops the oldest line and counts it. Never blocks the pump for longer than an append."""
+
+    def __init__(self, cap: int = QUEUE_MAX) -> None:
+        self.cap = cap
+        self._lines: deque[str] = deque()
+        self._lock = threading.Lock()
+        self.skipped = 0
+        self.most = 0  # the most lines ever queued (tests check the bound)
+
+    def put(self, line: str) -> None:
+        with self._lock:
+            if len(self._lines) >= self.cap:
+                self._lines.popleft()
+                self.skipped += 1
+            self._lines.append(line)
+            self.most = max(self.most, len(self._lines))
+
+    def take(self, limit: int) -> tuple[int, list[str]]:
+        """(lines dropped since the last take, the newest `limit` queued lines), emptied."""
+        with self._lock:
+            lines, skipped = list(self._lines), self.skipped
+            self._lines.clear()
+            self.skipped = 0
+        if len(lines) > limit:
+            skipped += len(lines) - limit
+            lines = lines[-limit:]
+        return skipped, lines
 
 
 class OutputLog(RichLog):
@@ -48,12 +87,13 @@ class ScriptApp(TuitrainApp):
         super().__init__(store=store)
         self.script = script
         self.follower = JsonlFollower(script.metrics, store)
-        self.lines: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.lines = LineQueue()
+        self.finishing: threading.Thread | None = None
         self.quit_wanted = False
         self.tree_sampler = TreeSampler(script.proc.pid)
         from tuitrain.script import AlertActions
 
-        self.actions = AlertActions(script, on_alert, lambda text: self.notify(text, timeout=8))
+        self.actions = AlertActions(script, on_alert, self.say)
         self.alerts_seen = 0
         self.ended = False
         self.title = f"tuitrain run {' '.join(script.command)}"
@@ -69,20 +109,30 @@ class ScriptApp(TuitrainApp):
         self.set_interval(0.5, self.watch_script)
         self.set_interval(2.0, self.sample_tree)
 
+    def say(self, text: str) -> None:
+        """A notification, from the UI thread or another (an --on-alert hook's)."""
+        if self._thread_id == threading.get_ident():
+            self.notify(text, timeout=8)
+        else:
+            with contextlib.suppress(Exception):  # the app is gone
+                self.call_from_thread(self.notify, text, timeout=8)
+
     def sample_tree(self) -> None:
-        """The script's process tree (RSS, CPU, GPU memory): the Output pane's subtitle."""
+        """The script's process tree (RSS, CPU, GPU memory): the Output pane's subtitle; and
+        whether the script writes its records to a run dir of its own."""
         if not self.ended:
             self.output_log.border_subtitle = self.tree_sampler.sample().text()
+            if note := self.script.look_elsewhere():
+                self.notify(note, severity="warning", timeout=30)
 
     def on_unmount(self) -> None:
         self.follower.stop()
 
     def drain(self) -> None:
-        for _ in range(500):
-            try:
-                line = self.lines.get_nowait()
-            except queue.Empty:
-                break
+        skipped, lines = self.lines.take(DRAIN_MAX)
+        if skipped:
+            self.output_log.write(f"[{skipped} lines skipped; output.log has them]")
+        for line in lines:
             self.output_log.write(strip_controls(line))
 
     def watch_script(self) -> None:
@@ -94,8 +144,14 @@ class ScriptApp(TuitrainApp):
         script.escalate()
         if self.ended or script.proc.poll() is None:
             return
+        if self.finishing is None:  # ending leftovers may take the grace period: not here
+            self.finishing = threading.Thread(target=script.finish, name="tuitrain-finish",
+                                              daemon=True)  # fmt: skip
+            self.finishing.start()
+        if self.finishing.is_alive():
+            return
         self.ended = True
-        code = script.finish()  # the end record exists from here on
+        code = script.finish()  # done already: the end record exists from here on
         self.follower.poll()
         self.drain()
         self.notify(
