@@ -30,6 +30,16 @@ At each flush the flush thread also samples what a script rarely logs (host RSS,
 allocator's figures, NVML utilisation and device memory: `tuitrain.engine.telemetry`) into
 the newest train record, and judges the train records with the alert rules; an alert whose
 action is `stop` sets `run.should_stop`.
+
+What it promises (README, "Reliability"): every logged row reaches the file or is counted as
+dropped (`dropped_rows` in the end record, a warning event at the flush). The queue holds at
+most MAX_PENDING rows; a `log` that finds it full wakes the flush thread and waits up to
+FULL_WAIT_S for room (a loop that logs faster than rows can be written is slowed, not
+grown), then drops that row, counted. One value that cannot be read (a sharded DTensor, a
+complex or many-element tensor, text) costs that value only, said once per key. A key
+named like a contract field (`type`, `step`, `mfu` ...) is kept as `user/<key>`. A process
+forked from the script never writes to its parent's run. `finish` undoes what `init` did
+(the exit hook, the excepthook and `sys.exit` wrappers, the signal handlers).
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ import atexit
 import contextlib
 import json
 import math
+import operator
 import os
 import platform
 import signal
@@ -52,8 +63,18 @@ from types import TracebackType
 from typing import Any
 
 import tuitrain
+from tuitrain.errors import UserError
 from tuitrain.metrics.alerts import AlertRules
-from tuitrain.metrics.records import end_record, event_record
+from tuitrain.metrics.records import (
+    MAX_HEADER_BYTES,
+    MAX_RECORD_BYTES,
+    STEP_MAX,
+    end_record,
+    event_record,
+    plain_number,
+    user_field,
+    valid_step,
+)
 
 __all__ = ["Run", "finish", "init", "log", "current"]
 
@@ -62,6 +83,12 @@ FLUSH_S = 1.0
 EVAL_PREFIXES = ("val/", "eval/", "validation/", "val_", "eval_")
 LOSS_KEYS = ("loss", "train/loss", "train_loss")
 LR_KEYS = ("lr", "learning_rate", "train/lr", "train/learning_rate")
+EPOCH_KEYS = ("epoch", "train/epoch")
+GRAD_NORM_KEYS = ("grad_norm", "train/grad_norm")  # the global norm before clipping (HF's too)
+MAX_PENDING = 65_536  # rows waiting for the flush thread; a full queue makes log() wait
+FULL_WAIT_S = 5.0  # how long log() waits for room before dropping its row (counted)
+FINISH_WAIT_S = 60.0  # how long finish() waits for a flush still converting
+MAX_KEY_CHARS = 256  # a longer key is not a metric name: its value is dropped (said once)
 CLIENT_ALERT_ACTIONS = ("off", "warn", "stop")  # what acting on a script can mean
 SCRIPT_TASK: dict[str, Any] = {
     "name": "script",
@@ -147,20 +174,37 @@ class Run:
         from tuitrain.engine.rundir import RunDirLock
         from tuitrain.metrics.sinks import JsonlSink
 
+        rules = _checked_alerts(alerts)  # one sentence before anything is created
+        if isinstance(flush_every, bool) or not isinstance(flush_every, int) or flush_every < 1:
+            raise UserError(f"flush_every = {flush_every!r:.40} must be a whole number >= 1.")
+        if plain_number(flush_s) is None or not 0 < float(flush_s) <= 3600:
+            raise UserError(f"flush_s = {flush_s!r:.40} must be a number of seconds in (0, 3600].")
         self.name = name or script_name()
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        chosen = run_dir or os.environ.get("TUITRAIN_RUN_DIR") or f"runs/{self.name}-{stamp}"
+        forced = os.environ.get("TUITRAIN_RUN_DIR")  # tuitrain run -- CMD: its run dir wins
+        chosen = forced or run_dir or f"runs/{self.name}-{stamp}"
+        self._ignored_dir = (
+            str(run_dir) if forced and run_dir and Path(run_dir) != Path(forced) else None
+        )
         self.dir = Path(chosen)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._lock_file = RunDirLock(self.dir)  # one writer, as for a hosted run
-        self.sink = JsonlSink(self.dir / "metrics.jsonl")
+        try:
+            self.sink = JsonlSink(self.dir / "metrics.jsonl")
+        except BaseException:
+            self._lock_file.release()
+            raise
+        self._pid = os.getpid()  # a forked child is not this run's writer
         self.config = Config(_plain(dict(config or {})))
         self.summary: dict[str, Any] = {}
         self.should_stop = False
         self.finished = False
-        self.flush_every, self.flush_s = max(int(flush_every), 1), float(flush_s)
+        self.flush_every, self.flush_s = flush_every, float(flush_s)
+        self.max_pending = MAX_PENDING
         self._pending: list[tuple[int, float, dict[str, Any]]] = []
-        self._mutex = threading.Lock()
+        self._mutex = threading.RLock()  # RLock: a signal may land while log() holds it
+        self._room = threading.Condition(self._mutex)
+        self._flushing = threading.Lock()  # one flush at a time; finish waits for it
         self._write = threading.Lock()  # records leave in order, from one thread at a time
         self._wake = threading.Event()
         self._calls = 0
@@ -172,17 +216,19 @@ class Run:
         self._started = time.perf_counter()
         self._exc: tuple[str, str] | None = None  # an uncaught exception: (type, message)
         self._signal: str | None = None
+        self._exit_code: int | None = None  # what sys.exit was given
+        self.dropped_rows = 0  # log calls that never reached the file
+        self.dropped_values = 0  # single values left out (unreadable, or over the line size)
+        self._dropped_told = 0
         self.last_step: int | None = None
-        if alerts is None and os.environ.get("TUITRAIN_ALERTS"):  # from tuitrain run --alert
-            with contextlib.suppress(ValueError, TypeError):
-                alerts = dict(json.loads(os.environ["TUITRAIN_ALERTS"]))
-        rules = {k: v for k, v in dict(alerts or {}).items()}
-        for key, action in list(rules.items()):
-            if isinstance(action, str) and action not in CLIENT_ALERT_ACTIONS and key != "on_alert":
-                rules[key] = "warn"  # pause/checkpoint mean nothing for a foreign loop
         self.rules = AlertRules(rules)
         self._telemetry = _telemetry(device)
         self._write_header()
+        if self._ignored_dir is not None:
+            self._emit([event_record(
+                f"run_dir {self._ignored_dir!r:.300} was given, but tuitrain run set"
+                f" TUITRAIN_RUN_DIR={forced!r:.300}: the run is written there, where the"
+                " dashboard reads it", level="warning", kind="client")])  # fmt: skip
         self._thread = threading.Thread(target=self._loop, name="tuitrain-flush", daemon=True)
         self._thread.start()
         self._hooks()
@@ -190,23 +236,50 @@ class Run:
     # ------------------------------------------------------------------ the script's side
     def log(self, data: Mapping[str, Any], step: int | None = None, commit: bool = True) -> None:
         """Keep `data` for the next flush: no conversion, no host sync (a few µs)."""
-        if self.finished:
-            return
+        if self.finished or os.getpid() != self._pid:
+            return  # a forked child (a helper, a DataLoader worker) never writes this run
         if step is None:
             at = self._step
             if commit:
                 self._step += 1
         else:
-            at = int(step)
+            got = _as_step(step)
+            if got is None:
+                self._drop_call(
+                    f"log: step {step!r:.60} is not a whole number in 0..{STEP_MAX} (an int64,"
+                    " what every reader can place); these calls are dropped and counted"
+                )
+                return
+            at = got
             self._step = max(self._step, at + 1 if commit else at)
+        if at > STEP_MAX:  # the implicit counter past the last step
+            self._drop_call(f"log: the step passed {STEP_MAX}; these calls are dropped and counted")
+            return
         axes = self._axes
         if axes:  # define_metric: some keys go on another metric's axis
             data = self._split_axes(data, axes, commit)
-        with self._mutex:
-            self._pending.append((at, time.perf_counter(), dict(data)))
+        self._put((at, time.perf_counter(), dict(data)))
         self._calls += 1
         if self._calls % self.flush_every == 0:
             self._wake.set()
+
+    def _put(self, row: tuple[int, float, dict[str, Any]]) -> None:
+        """Append a row to the bounded queue: when it is full, wait for the flush thread,
+        then drop the row (counted)."""
+        with self._room:
+            if len(self._pending) >= self.max_pending:
+                self._wake.set()
+                self._room.wait_for(
+                    lambda: len(self._pending) < self.max_pending or self.finished, FULL_WAIT_S
+                )
+                if len(self._pending) >= self.max_pending or self.finished:
+                    self.dropped_rows += 1
+                    return
+            self._pending.append(row)
+
+    def _drop_call(self, why: str) -> None:
+        self.dropped_rows += 1
+        self.say_once(why)
 
     def define_metric(self, name: str, step_metric: str | None = None, **_: Any) -> None:
         """wandb's: `name` (a glob such as `val/*`) is plotted against `step_metric`'s value
@@ -227,45 +300,77 @@ class Run:
             moved = {
                 k: rest.pop(k) for k in list(rest) if k != axis and fnmatch.fnmatch(k, pattern)
             }
-            if moved:
-                with self._mutex:
-                    self._pending.append((int(x), time.perf_counter(), moved))
+            if moved and valid_step(int(x)):
+                self._put((int(x), time.perf_counter(), moved))
         return rest
 
     def alert(self, title: str, text: str = "", level: str = "warning", **_: Any) -> None:
         """wandb's `run.alert`: an event in the run (the dashboard's banner shows it)."""
+        if self.finished or os.getpid() != self._pid:
+            return
         self._emit([event_record(f"{title}: {text}" if text else title, level=level.lower(),
                                  kind="alert", alert="script")])  # fmt: skip
 
     def finish(self, exit_code: int | None = None, *, status: str | None = None,
                reason: str | None = None) -> None:  # fmt: skip
-        """Flush everything (waiting for the last transfers), write the end record, release
-        the run dir. Idempotent."""
+        """Flush everything (waiting for the last transfers and for a flush still being
+        converted), write the end record, release the run dir and undo what `init` did.
+        Idempotent; in a process forked from the script it does nothing."""
         global _current
-        if self.finished:
+        if self.finished or os.getpid() != self._pid:
             return
         self.finished = True
+        with self._room:
+            self._room.notify_all()  # a log() waiting for room gives up its row (counted)
         self._wake.set()
-        self._thread.join(timeout=10)
-        self._flush(final=True)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=FINISH_WAIT_S)
+        if self._flushing.acquire(timeout=FINISH_WAIT_S):  # a flush still converting: wait
+            try:
+                self._flush_safely(final=True)
+            finally:
+                self._flushing.release()
+        else:  # the flush thread is stuck (a disk that hangs): what it holds is counted
+            with self._mutex:
+                self.dropped_rows += len(self._pending) + sum(len(b.rows) for b in self._inflight)
+                self._pending, self._inflight = [], []
         if status is None:
             status, reason = self._outcome(exit_code)
+        code = exit_code if exit_code is not None else self._known_exit_code()
+        totals: dict[str, Any] = {"elapsed_s": round(time.perf_counter() - self._started, 3)}
+        if code is not None:
+            totals["exit_code"] = code
+        if self.dropped_rows or self.dropped_values:
+            totals["dropped_rows"] = self.dropped_rows
+            totals["dropped_values"] = self.dropped_values
+        summary = _plain(self.summary) or None
+        if summary is not None and len(json.dumps(summary)) > MAX_RECORD_BYTES // 2:
+            summary = None  # thousands of keys: their last values are in the train records
         end = end_record(
             status,
             reason or "",
             self.last_step if self.last_step is not None else 0,
-            elapsed_s=round(time.perf_counter() - self._started, 3),
-            summary=_plain(self.summary) or None,
+            **totals,
+            summary=summary,
         )
-        if exit_code is not None:
-            end["exit_code"] = exit_code
         with self._write:
+            self._tell_dropped()
             self.sink.write(end)
             self.sink.close()
         self._lock_file.release()
         self._unhook()
         if _current is self:
             _current = None
+
+    def _known_exit_code(self) -> int | None:
+        """The process's exit code as far as this run knows it (None: finish() mid-script)."""
+        if self._signal is not None:
+            return 128 + int(getattr(signal.Signals, self._signal, 0))
+        if self._exit_code is not None:
+            return self._exit_code
+        if self._exc is not None:
+            return 130 if self._exc[0] == "KeyboardInterrupt" else 1
+        return None
 
     def _outcome(self, exit_code: int | None) -> tuple[str, str]:
         if self._signal is not None:
@@ -275,8 +380,9 @@ class Run:
             if kind == "KeyboardInterrupt":
                 return "stopped", "stopped by SIGINT (KeyboardInterrupt)"
             return "failed", f"{kind}: {message}" if message else kind
-        if exit_code:
-            return "failed", f"the script finished with exit code {exit_code}"
+        code = exit_code if exit_code is not None else self._exit_code
+        if code:
+            return "failed", f"the script exited with code {code}"
         return "completed", "finish() called" if exit_code is not None else "finished"
 
     def __enter__(self) -> Run:
@@ -285,7 +391,9 @@ class Run:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, _tb: TracebackType | None
     ) -> None:
-        if exc is not None and not isinstance(exc, SystemExit):
+        if isinstance(exc, SystemExit):
+            self._exit_code = _exit_code_of(exc.code)
+        elif exc is not None:
             self._exc = (
                 type(exc).__name__,
                 str(exc).strip().splitlines()[0][:500] if str(exc).strip() else "",
@@ -297,26 +405,69 @@ class Run:
         while not self.finished:
             self._wake.wait(self.flush_s)
             self._wake.clear()
-            if self.finished:
-                return
-            with contextlib.suppress(Exception):  # a flush never kills the script
-                self._flush()
+            with self._flushing:
+                if self.finished:
+                    return
+                self._flush_safely()
+
+    def _flush_safely(self, final: bool = False) -> None:
+        """A flush that never raises: what it could not write is counted as dropped."""
+        try:
+            self._flush(final)
+        except Exception as exc:  # noqa: BLE001 - a flush never kills the script
+            lost = sum(len(b.rows) for b in self._inflight)
+            self._inflight = []
+            self.dropped_rows += lost
+            self.say_once(f"flush failed ({type(exc).__name__}: {str(exc)[:200]}); {lost} rows"
+                          " were dropped and counted")  # fmt: skip
 
     def _flush(self, final: bool = False) -> None:
-        with self._mutex:
+        with self._room:
             pending, self._pending = self._pending, []
+            self._room.notify_all()  # room again for a log() that waits
         if pending:
             self._inflight.append(_Batch(pending, self))
         out: list[dict[str, Any]] = []
         while self._inflight and (final or self._inflight[0].ready()):
-            out.extend(self._records(self._inflight.pop(0).values()))
-        if out:
+            batch = self._inflight[0]
+            try:
+                out.extend(self._records(batch.values()))
+            except Exception as exc:  # noqa: BLE001 - this batch's rows only, counted
+                self.dropped_rows += len(batch.rows)
+                self.say_once(
+                    f"flush: {len(batch.rows)} rows could not be read"
+                    f" ({type(exc).__name__}: {str(exc)[:200]}); counted as dropped"
+                )
+            self._inflight.pop(0)
+        if out or self.dropped_rows > self._dropped_told:
             self._emit(out)
+
+    def _tell_dropped(self) -> None:
+        """A warning event for the rows dropped since the last one said (under _write)."""
+        if self.dropped_rows > self._dropped_told:
+            new = self.dropped_rows - self._dropped_told
+            self._dropped_told = self.dropped_rows
+            self.sink.write(event_record(
+                f"{new:,} log calls were dropped ({self.dropped_rows:,} in all): the queue of"
+                f" {self.max_pending:,} rows stayed full for {FULL_WAIT_S:g} s, or their step"
+                " was out of range", level="warning", kind="client",
+                dropped_rows=self.dropped_rows))  # fmt: skip
 
     def _emit(self, records: list[dict[str, Any]]) -> None:
         with self._write:
+            self._tell_dropped()
             for record in records:
+                cut = self.sink.cut_fields
                 self.sink.write(record)
+                if self.sink.cut_fields > cut:  # over MAX_RECORD_BYTES: the sink left some out
+                    self.dropped_values += self.sink.cut_fields - cut
+                    self._said_in_write(
+                        "record-size",
+                        f"a {record.get('type')} record at step {record.get('step')} was over"
+                        f" {MAX_RECORD_BYTES // 1024} KiB (the contract's line size); its"
+                        " largest fields were left out and counted in `dropped_fields` (said"
+                        " once)",
+                    )
                 if record.get("type") == "train":
                     for alert in self.rules.judge(record):
                         self._act(alert)
@@ -349,8 +500,12 @@ class Run:
                     train["loss"] = value
                 elif key in LR_KEYS:
                     train["lr"] = value
-                else:
-                    train[key] = value
+                elif key in EPOCH_KEYS:
+                    train["epoch"] = value
+                elif key in GRAD_NORM_KEYS:
+                    train["grad_norm"] = value
+                else:  # never a field of the contract: `type`, `mfu` ... become `user/<key>`
+                    train[user_field(key)] = value
                 self.summary[key] = value
             if train:
                 record: dict[str, Any] = {"type": "train", "step": step}
@@ -370,14 +525,20 @@ class Run:
         if trains and self._telemetry is not None:
             with contextlib.suppress(Exception):
                 for key, value in self._telemetry.read().items():
-                    trains[-1].setdefault(key, value)
+                    trains[-1][key] = value  # the client's measurement (a user's is user/...)
         return out
 
     def say_once(self, what: str) -> None:
-        if what not in self._said:
+        if what not in self._said and os.getpid() == self._pid:
             self._said.add(what)
             with contextlib.suppress(Exception):
                 self._emit([event_record(what, level="warning", kind="client")])
+
+    def _said_in_write(self, key: str, what: str) -> None:
+        """say_once from inside _emit (the write lock held)."""
+        if key not in self._said:
+            self._said.add(key)
+            self.sink.write(event_record(what, level="warning", kind="client"))
 
     # ------------------------------------------------------------------ header and exits
     def _write_header(self) -> None:
@@ -406,25 +567,63 @@ class Run:
             "client": True,
             "task": SCRIPT_TASK,
         }
+        if len(json.dumps(header, default=str)) > MAX_HEADER_BYTES - 4096:
+            # the config is too big for the header line every reader reads: it goes whole to
+            # config.json, the header keeps a note (and the first 64 argv words)
+            where = self._config_file()
+            header["config"] = {"script": {"config_file": where}}
+            header["argv"] = [str(a)[:4096] for a in sys.argv[:64]]
         with self._write:
             self.sink.write(header)
 
+    def _config_file(self) -> str:
+        """The whole config written to RUN_DIR/config.json (atomically); its name."""
+        from tuitrain.safefile import write_atomic_text
+
+        path = self.dir / "config.json"
+        try:
+            write_atomic_text(path, json.dumps(dict(self.config), default=str))
+        except (OSError, UserError) as exc:
+            return f"not written ({exc})"
+        return path.name
+
     def update_config(self, values: Mapping[str, Any]) -> None:
         """Config set after init: kept, and written as a `config` event."""
+        if self.finished or os.getpid() != self._pid:
+            return
         plain = _plain(dict(values))
         dict.update(self.config, plain)  # not a subclass's update (wandb's calls back here)
+        if len(json.dumps(plain)) > MAX_RECORD_BYTES - 4096:  # too big for one record
+            where = self._config_file()
+            self._emit([event_record(f"config updated ({len(plain):,} keys; whole in {where})",
+                                     kind="config", config={})])  # fmt: skip
+            return
         self._emit([event_record("config updated", kind="config", config=plain)])
 
     def _hooks(self) -> None:
+        """The exit hook, an excepthook, a `sys.exit` that notes its code, SIGTERM/SIGHUP
+        handlers: each undone by `_unhook` (finish), so 1,000 runs in one process stack none."""
         atexit.register(self._at_exit)
         previous = sys.excepthook
+        run = self
 
         def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-            text = str(exc).strip()
-            self._exc = (kind.__name__, text.splitlines()[0][:500] if text else "")
+            if not run.finished and os.getpid() == run._pid:
+                text = str(exc).strip()
+                run._exc = (kind.__name__, text.splitlines()[0][:500] if text else "")
             previous(kind, exc, tb)
 
         sys.excepthook = hook
+        self._excepthook = (hook, previous)
+        real_exit = sys.exit
+
+        def noting_exit(status: object = None) -> None:
+            if threading.current_thread() is threading.main_thread():
+                run._exit_code = _exit_code_of(status)
+            real_exit(status)  # type: ignore[arg-type]
+
+        sys.exit = noting_exit  # type: ignore[assignment]
+        self._sys_exit = (noting_exit, real_exit)
         self._handled: list[int] = []
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGHUP):
@@ -433,7 +632,16 @@ class Run:
                     self._handled.append(signum)
 
     def _unhook(self) -> None:
-        """The signals' default handling back (finish; the main thread only)."""
+        """What `_hooks` did, undone: the exit hook, the excepthook and sys.exit where they are
+        still ours (a hook set on top of ours is left to whoever set it), the signals'
+        default handling (the main thread only)."""
+        atexit.unregister(self._at_exit)
+        hook, previous = self._excepthook
+        if sys.excepthook is hook:
+            sys.excepthook = previous
+        mine, real = self._sys_exit
+        if sys.exit is mine:
+            sys.exit = real
         if threading.current_thread() is threading.main_thread():
             for signum in self._handled:
                 if signal.getsignal(signum) == self._on_signal:
@@ -441,18 +649,98 @@ class Run:
         self._handled = []
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
+        if os.getpid() != self._pid:  # a forked child: the default action, not our run
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         self._signal = signal.Signals(signum).name
         raise SystemExit(128 + signum)  # through the script's finally blocks and atexit
 
     def _at_exit(self) -> None:
-        if not self.finished:
+        if not self.finished and os.getpid() == self._pid:
+            if self._exit_code is None and self._exc is None and self._signal is None:
+                self._exit_code = 0  # the interpreter ends normally
             self.finish()
 
 
+def _exit_code_of(status: object) -> int:
+    """The exit code `sys.exit(status)` gives: None 0, an int itself, anything else 1."""
+    if status is None:
+        return 0
+    if isinstance(status, int) and not isinstance(status, bool):
+        return status
+    return 1
+
+
+def _as_step(step: object) -> int | None:
+    """A step as an int (an int, numpy's integers, a whole float), None when it is none or
+    outside 0..STEP_MAX."""
+    if isinstance(step, bool):
+        return None
+    try:
+        at = operator.index(step)  # type: ignore[arg-type]
+    except TypeError:
+        x = plain_number(step)
+        if x is None or not math.isfinite(x) or not x.is_integer():
+            return None
+        at = int(x)
+    return at if valid_step(at) else None
+
+
+def _checked_alerts(alerts: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The alert rules for a script, checked as a preset's `[alerts]` table is: numbers given
+    as text ("5", from argparse or YAML) are read as numbers; an unknown key, a bad action or
+    a value out of range is one sentence (UserError, a ValueError's kin for the script).
+    pause and checkpoint mean nothing for a foreign loop: they act as warn."""
+    from tuitrain.config import AlertsConfig, _build_section
+
+    source = "TUITRAIN_ALERTS (tuitrain run --alert)"
+    if alerts is None and os.environ.get("TUITRAIN_ALERTS"):  # from tuitrain run --alert
+        try:
+            alerts = dict(json.loads(os.environ["TUITRAIN_ALERTS"]))
+        except (ValueError, TypeError) as exc:
+            raise UserError(f"{source} is not a JSON table of alert rules ({exc}).") from None
+    else:
+        source = "alerts"
+    if alerts is None:
+        return {}
+    if not isinstance(alerts, Mapping):
+        raise UserError(f"{source} must be a table of rules ({{'loss_spike': 'stop'}}), not"
+                        f" {type(alerts).__name__}.")  # fmt: skip
+    raw: dict[str, Any] = {}
+    for key, value in alerts.items():
+        if isinstance(value, str) and value.strip() and value.strip() not in _ACTIONS:
+            number = plain_number(_number_text(value))
+            if number is not None:
+                value = int(number) if float(number).is_integer() and "." not in value else number
+        raw[str(key)] = value
+    try:
+        checked = _build_section("alerts", AlertsConfig, raw)
+    except UserError as exc:
+        raise UserError(f"{source}: {exc}") from None
+    out = {k: getattr(checked, k) for k in raw}
+    for key, action in out.items():
+        if action in ("pause", "checkpoint"):
+            out[key] = "warn"  # a foreign loop has no pause or checkpoint to take
+    return out
+
+
+_ACTIONS = ("off", "warn", "pause", "checkpoint", "stop")
+
+
+def _number_text(text: str) -> float | None:
+    try:
+        return float(text.strip())
+    except ValueError:
+        return None
+
+
 class _Batch:
-    """One flush's values: numbers at once, each device's tensors in one non-blocking copy."""
+    """One flush's values: numbers at once, each device's tensors in one non-blocking copy.
+    A value that cannot be read costs that value only (counted, said once per key)."""
 
     def __init__(self, rows: list[tuple[int, float, dict[str, Any]]], run: Run) -> None:
+        self.run = run
         self.rows: list[tuple[int, float, dict[str, float]]] = []
         self._slots: dict[Any, list[tuple[dict[str, float], str, Any]]] = {}
         self._host: dict[Any, Any] = {}
@@ -465,34 +753,68 @@ class _Batch:
                 values = {}
                 self.rows.append((step, at, values))
             for key, value in data.items():
-                if not isinstance(key, str):
-                    continue
-                if isinstance(value, (int, float)):  # bools too: 0.0 / 1.0
-                    values[key] = float(value)
-                elif _is_tensor(value) and value.numel() == 1:
-                    self._slots.setdefault(value.device, []).append((values, key, value))
+                if not isinstance(key, str) or len(key) > MAX_KEY_CHARS:
+                    self.skip(key, f"a key must be text of at most {MAX_KEY_CHARS} characters")
+                elif _is_tensor(value):
+                    self._tensor(values, key, value)
                 else:
-                    run.say_once(
-                        f"log: {key!r:.60} is a {type(value).__name__}, not a number or a"
-                        " one-element tensor; tuitrain keeps numbers only (said once per key)"
-                    )
+                    number = plain_number(value)  # int, float, bool, numpy, anything .item()
+                    if number is None:
+                        self.skip(key, f"it is a {type(value).__name__}, not a real number or"
+                                       " a one-element tensor")  # fmt: skip
+                    else:
+                        values[key] = number
         self._launch()
+
+    def skip(self, key: object, why: str) -> None:
+        self.run.dropped_values += 1
+        self.run.say_once(f"log: {key!r:.60}: {why}; tuitrain keeps numbers only, so that value"
+                          " is left out and counted (said once per key)")  # fmt: skip
+
+    def _tensor(self, values: dict[str, float], key: str, value: Any) -> None:
+        try:
+            if type(value).__name__ == "DTensor":  # torch.distributed.tensor.DTensor
+                if not all(type(p).__name__ == "Replicate" for p in value.placements):
+                    self.skip(
+                        key,
+                        "it is a sharded or partial DTensor (reading it is a"
+                        " collective); log value.full_tensor() on every rank",
+                    )
+                    return
+                value = value.to_local()  # replicated: this rank's copy is the value
+            if value.numel() != 1 or value.is_complex() or value.is_sparse or value.is_meta:
+                self.skip(key, f"it is a tensor of shape {tuple(value.shape)} and dtype"
+                               f" {value.dtype}, not a one-element real tensor")  # fmt: skip
+                return
+        except Exception as exc:  # noqa: BLE001 - an odd tensor subclass
+            self.skip(key, f"the tensor could not be read ({type(exc).__name__})")
+            return
+        self._slots.setdefault(value.device, []).append((values, key, value))
 
     def _launch(self) -> None:
         import torch
 
-        for device, slots in self._slots.items():
+        for device, slots in list(self._slots.items()):
             dtype = torch.float32 if device.type == "mps" else torch.float64  # MPS: no fp64
-            stacked = torch.stack([t.detach().reshape(()).to(dtype) for _, _, t in slots])
-            if device.type == "cuda":
-                host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
-                host.copy_(stacked, non_blocking=True)
-                event = torch.cuda.Event()
-                event.record()
-                self._events.append(event)
-                self._host[device] = host
-            else:
-                self._host[device] = stacked  # on the host already (CPU, or MPS synced)
+            try:
+                stacked = torch.stack([t.detach().reshape(()).to(dtype) for _, _, t in slots])
+                if device.type == "cuda":
+                    host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
+                    host.copy_(stacked, non_blocking=True)
+                    event = torch.cuda.Event()
+                    event.record()
+                    self._events.append(event)
+                    self._host[device] = host
+                else:
+                    self._host[device] = stacked  # on the host already (CPU, or MPS synced)
+            except Exception:  # noqa: BLE001 - one odd tensor: read them one by one
+                del self._slots[device]
+                for values, key, tensor in slots:
+                    try:
+                        values[key] = float(tensor.detach().reshape(()).to(dtype).item())
+                    except Exception as exc:  # noqa: BLE001 - that value only
+                        self.skip(key, f"the tensor could not be read ({type(exc).__name__}:"
+                                       f" {str(exc)[:120]})")  # fmt: skip
 
     def ready(self) -> bool:
         return all(event.query() for event in self._events)

@@ -13,6 +13,7 @@ only (Lightning calls loggers on every rank; the other ranks write nothing). Nee
 
 from __future__ import annotations
 
+import sys
 from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
@@ -81,5 +82,18 @@ class TuitrainLogger(Logger):
         state, reason = LIGHTNING_STATUS.get(status, ("completed", f"Lightning: {status}"))
         if self._run._exc is not None or self._run._signal is not None:
             self._run.finish()  # an exception or a signal says more than the status
-        else:
-            self._run.finish(status=state, reason=reason)
+            return
+        # Lightning calls finalize("failed") from inside its except clause, for an exception
+        # and for an interrupt alike: the exception being handled says which it was
+        handled = sys.exc_info()[1]
+        if status == "failed" and handled is not None:
+            name = type(handled).__name__
+            if isinstance(handled, KeyboardInterrupt):
+                state, reason = "stopped", "stopped by SIGINT (KeyboardInterrupt)"
+            elif name == "SIGTERMException":  # Lightning's own, raised on SIGTERM
+                state, reason = "stopped", "stopped by SIGTERM"
+            else:
+                text = str(handled).strip()
+                first = text.splitlines()[0][:500] if text else ""
+                state, reason = "failed", f"{name}: {first}" if first else name
+        self._run.finish(status=state, reason=reason)

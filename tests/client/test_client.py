@@ -69,7 +69,7 @@ def test_eval_keys_and_values_that_are_not_numbers(tmp_path: Path) -> None:
     train = of(recs, "train")[0]
     assert train["loss"] is None and train["ok"] == 1.0 and "note" not in train
     notes = [r["message"] for r in of(recs, "event") if r.get("kind") == "client"]
-    assert len(notes) == 2 and "'note' is a str" in notes[0]
+    assert len(notes) == 2 and "'note': it is a str" in notes[0]
 
 
 def test_an_alert_with_action_stop_sets_should_stop(tmp_path: Path) -> None:

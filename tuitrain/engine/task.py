@@ -37,12 +37,9 @@ from torch.nn import functional as F
 from tuitrain.config import Config
 from tuitrain.engine.factory import blame_user, load_factory
 from tuitrain.errors import UserError
+from tuitrain.metrics.records import CONTRACT_FIELDS, USER_PREFIX, user_field
 
 METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]{0,63}")
-# names a task's train metrics cannot take: the train record's own fields
-RESERVED = frozenset(
-    {"type", "step", "epoch", "samples", "loss", "lr", "tokens_per_s", "time", "rank"}
-)
 
 
 class ClassifyTask:
@@ -160,12 +157,9 @@ def split_training_output(out: Any, label: str) -> tuple[torch.Tensor, dict[str,
     checked: dict[str, torch.Tensor] = {}
     for key, value in metrics.items():
         check_name(key, label, "training_step")
-        if key in RESERVED:
-            raise UserError(
-                f"{label}: training_step's metric {key!r} has the name of a train record field;"
-                " rename it (e.g. 'train_" + str(key) + "')."
-            )
-        checked[key] = as_scalar(value, key, label, "training_step")
+        # a name of the contract's (`grad_norm`, `mfu`, `type` ...) is kept as `user/<name>`:
+        # the engine's own measurement is never replaced
+        checked[user_field(key)] = as_scalar(value, key, label, "training_step")
     return out, checked
 
 
@@ -273,9 +267,11 @@ def declarations(
     mode = getattr(task, "mode", "min")
 
     def declare(name: str, split: str) -> dict[str, Any]:
-        spec = own.get(name, {}) if isinstance(own.get(name, {}), Mapping) else {}
+        given = name.removeprefix(USER_PREFIX) if name.startswith(USER_PREFIX) else name
+        given = given if given in CONTRACT_FIELDS else name  # user/grad_norm: grad_norm's spec
+        spec = own.get(given, {}) if isinstance(own.get(given, {}), Mapping) else {}
         goal = spec.get("goal")
-        if goal is None and name == "loss":
+        if goal is None and given == "loss":
             goal = "min"
         if goal is None and name == primary:
             goal = mode

@@ -122,7 +122,7 @@ def train_record(
 # Fields a train record may hold beside TRAIN_FIELDS: the per-rank lists (DDP) and
 # `tokens_per_s` (a task that counts tokens). Any other field of a train record is one of the
 # task's own train metrics, which the header's `task.metrics` declares.
-TRAIN_EXTRA_FIELDS = ("rank_step_time_s", "rank_busy_s", "tokens_per_s")
+TRAIN_EXTRA_FIELDS = ("rank_step_time_s", "rank_busy_s", "tokens_per_s", "dropped_fields")
 
 
 # Every field name the contract itself writes in a train or eval record. A user's key or a

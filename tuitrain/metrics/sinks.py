@@ -28,7 +28,13 @@ from tuitrain.metrics.format import (
     format_train_line,
     is_error_record,
 )
-from tuitrain.metrics.records import Record, clean_record
+from tuitrain.metrics.records import (
+    CONTRACT_FIELDS,
+    MAX_HEADER_BYTES,
+    MAX_RECORD_BYTES,
+    Record,
+    clean_record,
+)
 from tuitrain.metrics.store import MetricStore
 from tuitrain.safefile import open_nofollow, open_regular
 from tuitrain.text import strip_controls
@@ -178,6 +184,10 @@ def to_json_line(record: Record) -> str:
     return json.dumps(ordered, allow_nan=False, ensure_ascii=False)
 
 
+# fields a record over the line size always keeps (besides the contract's train fields)
+PROTECTED = frozenset({"type", "step", "level", "message", "kind", "status", "reason"})
+
+
 class JsonlSink(Sink):
     """Appends one JSON object per line to ``path``, flushed after every record.
 
@@ -241,10 +251,48 @@ class JsonlSink(Sink):
             )
 
     def write(self, record: Record) -> None:
-        line = (to_json_line(record) + "\n").encode("utf-8")
+        text = to_json_line(record)
+        limit = MAX_HEADER_BYTES if record.get("type") == "header" else MAX_RECORD_BYTES
+        if len(text) * 4 >= limit - 1 and len(text.encode("utf-8")) >= limit:
+            text = self._fit(record, limit - 1)
+        line = (text + "\n").encode("utf-8")
         with self._lock:
             if self._file is not None:
                 self._append(line)
+
+    cut_fields = 0  # fields left out of records over the contract's line size (for the client)
+
+    def _fit(self, record: Record, limit: int) -> str:
+        """The record as one line of at most `limit` bytes: the largest fields outside the
+        contract are left out first (`dropped_fields` counts them), then long texts cut."""
+        keep = CONTRACT_FIELDS | PROTECTED
+        sizes = {
+            k: len(to_json_line({k: v}).encode("utf-8")) for k, v in record.items() if k not in keep
+        }
+        out = dict(record)
+        total = len(to_json_line(out).encode("utf-8")) + 40
+        dropped = 0
+        for key in sorted(sizes, key=sizes.__getitem__, reverse=True):
+            if total <= limit:
+                break
+            del out[key]
+            total -= sizes[key]
+            dropped += 1
+        if dropped:
+            out["dropped_fields"] = dropped
+            self.cut_fields += dropped
+        text = to_json_line(out)
+        if len(text.encode("utf-8")) > limit:  # the contract's own texts are too long: cut them
+            for key, value in list(out.items()):
+                if isinstance(value, str) and len(value) > 1000:
+                    out[key] = value[:1000] + f"… [cut: {len(value.encode()):,} bytes]"
+                elif (
+                    isinstance(value, (dict, list))
+                    and len(to_json_line({"v": value}).encode()) > limit // 4
+                ):
+                    out[key] = f"[cut: over {limit // 4:,} bytes]"
+            text = to_json_line(out)
+        return text
 
     def flush(self) -> None:
         with self._lock:
