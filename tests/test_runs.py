@@ -7,8 +7,11 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from tuitrain.engine.rundir import RunDirLock
-from tuitrain.runs import list_runs, main
+from tuitrain.metrics.records import MAX_HEADER_BYTES, MAX_RECORD_BYTES, STEP_MAX
+from tuitrain.runs import TAIL_MAX_BYTES, list_runs, main, read_row
 
 
 def write(run: Path, records: list[dict]) -> Path:
@@ -75,3 +78,68 @@ def test_json_and_the_plain_table(tmp_path: Path, capsys) -> None:
     assert out[0].split()[:3] == ["run", "status", "preset"]
     assert "val_acc 80.00%" in out[3] and "29,500 tok/s" in out[1]
     assert main([str(tmp_path / "nowhere")]) == 2
+
+
+def big_run(run: Path, *, line_bytes: int, header_bytes: int = 0, records: int = 6) -> Path:
+    """A client run whose train records are about `line_bytes` long (per-layer norms) and
+    whose header's config is about `header_bytes`; the end record is small."""
+    config = {"model": {"notes": "x" * header_bytes}} if header_bytes else {}
+    head = {**header("2026-12-01T10:00:00+00:00"), "config": config}
+    norms = {f"norm/layer{i:04d}": 0.5 for i in range(max(line_bytes // 24, 1))}
+    trains = [{"type": "train", "step": s, "loss": 1.0, "samples_per_s": 100.0, **norms}
+              for s in range(1, records + 1)]  # fmt: skip
+    end = {"type": "end", "status": "completed", "reason": "", "step": records}
+    return write(run, [head, *trains, end])
+
+
+@pytest.mark.parametrize(
+    "line_bytes", [100, 30_000, 60_000, 200_000, MAX_RECORD_BYTES - 1_000]
+)  # fmt: skip
+def test_records_up_to_the_contracts_line_size_are_read(tmp_path: Path, line_bytes: int) -> None:
+    run = big_run(tmp_path / "runs" / "r", line_bytes=line_bytes)
+    lines = (run / "metrics.jsonl").read_bytes().splitlines()
+    assert max(map(len, lines)) <= MAX_RECORD_BYTES  # within the contract
+    assert len(lines[1]) >= line_bytes * 0.9
+    row = read_row(run)
+    assert row is not None and row.status == "completed" and row.steps == 6
+    assert row.samples_per_s == 100.0  # train records found though each is big
+
+
+def test_a_tail_without_records_extends_only_to_its_bound(tmp_path: Path) -> None:
+    """Lines beyond the contract (here 3 MB of one record) are not hunted for: the tail
+    stops at TAIL_MAX_BYTES and the end record still gives status and steps."""
+    huge = {"type": "train", "step": 1, "samples_per_s": 1.0, "blob": "y" * (3 << 20)}
+    run = write(tmp_path / "r", [header("2026-12-01T10:00:00+00:00"), huge,
+                                 {"type": "end", "status": "completed", "step": 1}])  # fmt: skip
+    row = read_row(run)
+    assert row is not None and row.status == "completed" and row.steps == 1
+    assert row.samples_per_s is None  # the 3 MB record is past the bound
+    assert TAIL_MAX_BYTES < 3 << 20
+
+
+@pytest.mark.parametrize("header_bytes", [1_000, 300_000, MAX_HEADER_BYTES - 10_000])
+def test_a_header_up_to_the_contracts_size_is_read(tmp_path: Path, header_bytes: int) -> None:
+    run = big_run(tmp_path / "runs" / "r", line_bytes=100, header_bytes=header_bytes)
+    assert len((run / "metrics.jsonl").read_bytes().split(b"\n")[0]) <= MAX_HEADER_BYTES
+    assert [r.name for r in list_runs(tmp_path / "runs")] == ["r"]
+    row = read_row(run)
+    assert row is not None and row.preset == "fashion-mini" and row.steps == 6
+
+
+def test_a_first_line_beyond_the_header_limit_is_no_run(tmp_path: Path) -> None:
+    run = big_run(tmp_path / "runs" / "r", line_bytes=100, header_bytes=MAX_HEADER_BYTES + 10)
+    assert read_row(run) is None
+
+
+@pytest.mark.parametrize("bad", [-1, -(2**63), STEP_MAX + 1, 2**64, 10**30, 2.5, True])
+def test_steps_outside_the_contracts_range_are_not_counted(tmp_path: Path, bad: object) -> None:
+    start = header("2026-12-01T10:00:00+00:00")
+    late = {"type": "train", "step": bad, "samples_per_s": 10.0}
+    row = read_row(write(tmp_path / "r", [start, late]))
+    assert row is not None and row.steps is None  # no step a reader can place
+    trains = [{"type": "train", "step": s, "samples_per_s": 10.0} for s in (1, 2, 3)]
+    row = read_row(write(tmp_path / "r3", [start, *trains, late]))
+    assert row is not None and row.steps == 3
+    top = {"type": "train", "step": STEP_MAX, "samples_per_s": 10.0}
+    row = read_row(write(tmp_path / "top", [start, *trains, top]))
+    assert row is not None and row.steps == STEP_MAX  # the largest step is fine

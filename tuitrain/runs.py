@@ -1,12 +1,14 @@
 """`tuitrain runs [DIR]`: the runs under DIR (default runs/), newest first.
 
-Each run is read from its metrics.jsonl's first line (the header) and its last TAIL_BYTES
-(the newest records), never whole: a thousand runs list in about a second
-(`bench/runs_list.py`). Columns: name, status (running; completed, failed, stopped from the
-end record; crashed: no end record and no process holds the run dir's lock; silent: no end
-record, no lock to ask, nothing written for 10 minutes), preset or task,
-steps, best primary metric (over the evaluations in the tail, by the header's declared mode),
-median samples/s (tokens/s where recorded) over the tail's log points, duration, start time.
+Each run is read from its metrics.jsonl's first line (the header, up to the contract's
+MAX_HEADER_BYTES) and its last TAIL_BYTES (the newest records; extended backwards, doubling,
+up to 4 x MAX_RECORD_BYTES while it holds no train or eval record), never whole: a thousand
+runs list in about a second (`bench/runs_list.py`). Columns: name, status (running;
+completed, failed, stopped from the end record; crashed: no end record and no process holds
+the run dir's lock; silent: no end record, no lock to ask, nothing written for 10 minutes),
+preset or task, steps (the contract's valid steps), best primary metric (over the
+evaluations in the tail, by the header's declared mode), median samples/s (tokens/s where
+recorded) over the tail's log points, duration, start time.
 
 In a terminal: a table (`s` sorts by the next column, `/` filters by text, Enter opens `watch`
 on the highlighted run, space marks runs and `c` compares the marked ones, 2 to 8). `--json`
@@ -24,14 +26,20 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError
-from tuitrain.metrics.records import format_metric, task_declaration
+from tuitrain.metrics.records import (
+    MAX_HEADER_BYTES,
+    MAX_RECORD_BYTES,
+    format_metric,
+    task_declaration,
+    valid_step,
+)
 
-TAIL_BYTES = 32 * 1024
+TAIL_BYTES = 32 * 1024  # the tail read first: a hundred of the engine's records
+TAIL_MAX_BYTES = 4 * MAX_RECORD_BYTES  # extended backwards (doubling) up to this
 SILENT_AFTER_S = 600.0  # no end record, no lock to ask, nothing written for this long
-HEAD_BYTES = 256 * 1024  # a header line (its config) is a few KB; more is not a header
 
 
 @dataclass
@@ -68,17 +76,39 @@ def parse_lines(data: bytes) -> list[dict[str, Any]]:
     return out
 
 
+def read_tail(f: BinaryIO, begin: int, size: int) -> list[dict[str, Any]]:
+    """The complete records at the end of the file, after byte `begin` (the header's end):
+    the last TAIL_BYTES, and where they hold no train or eval record (lines of up to
+    MAX_RECORD_BYTES: a thousand per-layer norms a call), twice as much, and so on up to
+    TAIL_MAX_BYTES. A line cut by the start of the read is left out."""
+    span = TAIL_BYTES
+    while True:
+        start = max(size - span, begin)
+        f.seek(max(start - 1, begin))
+        data = f.read(size - max(start - 1, begin))
+        if start > begin:  # the byte before `start` ends a line, or the first line is cut
+            data = data[data.find(b"\n") + 1 :] if b"\n" in data else b""
+        records = parse_lines(data)
+        if start == begin or span >= TAIL_MAX_BYTES:
+            return records
+        if any(r.get("type") in ("train", "eval") for r in records):
+            return records
+        span *= 2
+
+
 def read_row(run_dir: Path) -> RunRow | None:
-    """One run from its header and tail; None when the folder holds no run."""
+    """One run from its header (up to MAX_HEADER_BYTES) and tail; None when the folder
+    holds no run."""
     from tuitrain.engine.rundir import writer_gone
 
     path = run_dir / "metrics.jsonl"
     try:
         with open(path, "rb") as f:
-            head = f.readline(HEAD_BYTES)
+            head = f.readline(MAX_HEADER_BYTES + 1)
+            if not head.endswith(b"\n"):
+                return None  # no complete first line within the limit: no header
             size = f.seek(0, 2)
-            f.seek(max(size - TAIL_BYTES, len(head)))
-            tail = parse_lines(f.read(TAIL_BYTES))
+            tail = read_tail(f, len(head), size)
     except OSError:
         return None
     header = next(iter(parse_lines(head)), None)
@@ -102,7 +132,7 @@ def read_row(run_dir: Path) -> RunRow | None:
         values.append(end[key])
     best = (max(values) if task["mode"] == "max" else min(values)) if values else None
     steps = [r.get("step") for r in [*trains, *evals, *([end] if end else [])]]
-    steps = [s for s in steps if isinstance(s, int)]
+    steps = [s for s in steps if valid_step(s)]
     duration = end.get("elapsed_s") if end is not None and _finite(end.get("elapsed_s")) else None
     started = header.get("time") if isinstance(header.get("time"), str) else None
     if duration is None and started:
