@@ -24,6 +24,7 @@ from typing import Any
 
 from tuitrain.engine.tensorboard import scalars, summary_writer
 from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError
+from tuitrain.metrics.follow import step_in_range
 from tuitrain.metrics.records import (
     TRAIN_FIELDS,
     Record,
@@ -78,6 +79,7 @@ class Reading:
         self.path = path
         self.count = 0
         self.bad: list[int] = []
+        self.off_range = 0  # train and eval records whose step is outside 0..STEP_MAX
         self.torn = False
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -97,6 +99,9 @@ class Reading:
                 except (ValueError, RecursionError):  # not JSON or UTF-8, deep nesting
                     self.bad.append(number)
                     continue
+                if isinstance(record, dict) and not step_in_range(record):
+                    self.off_range += 1  # no x axis can hold it (negative, past int64)
+                    continue
                 record = clean_record(record) if isinstance(record, dict) else None
                 if record is None:  # no record of the contract (no text "type")
                     self.bad.append(number)
@@ -114,6 +119,8 @@ class Reading:
         if self.bad:
             shown = ", ".join(map(str, self.bad[:5])) + (" …" if len(self.bad) > 5 else "")
             notes.append(f"{len(self.bad)} line(s) that are not records left out (line {shown})")
+        if self.off_range:
+            notes.append(f"{self.off_range} record(s) with a step outside 0..2^63-1 left out")
         return notes
 
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
-from tuitrain.metrics.records import clean_record
+from tuitrain.metrics.records import clean_record, valid_step
 from tuitrain.metrics.store import MetricStore
 from tuitrain.safefile import NotRegular, open_regular
 
@@ -44,7 +44,16 @@ def _parse(line: bytes) -> dict[str, Any] | None:
         return None  # a torn or garbled line: skip it
     except RecursionError:
         return None  # nested deeper than json can read
-    return clean_record(rec) if isinstance(rec, dict) else None
+    if not isinstance(rec, dict) or not step_in_range(rec):
+        return None  # a step outside the contract's range: no x axis can hold it
+    return clean_record(rec)
+
+
+def step_in_range(rec: dict[str, Any]) -> bool:
+    """False for a train or eval record whose step is there but outside the contract's
+    range (0..STEP_MAX, an integer); a record without a step keeps its meaning."""
+    step = rec.get("step")
+    return rec.get("type") not in ("train", "eval") or step is None or valid_step(step)
 
 
 class JsonlFollower:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from tuitrain.metrics.records import Record
+from tuitrain.metrics.records import Record, valid_step
 
 __all__ = ["MetricStore", "Series", "Snapshot"]
 
@@ -136,6 +136,16 @@ class _Buffer:
         self.version = 0
 
 
+def _placeable(step: object) -> bool:
+    """A step the store can put on its x axis: none at all, or a valid one (numpy's
+    integers count as integers)."""
+    if step is None or valid_step(step):
+        return True
+    return (
+        isinstance(step, numbers.Integral) and not isinstance(step, bool) and valid_step(int(step))
+    )
+
+
 def _is_number(value: object) -> bool:
     """True for real numbers (int, float, numpy scalars...), False for bool and the rest."""
     t = type(value)
@@ -188,9 +198,13 @@ class MetricStore:
         return self._max_events
 
     def push(self, record: Mapping[str, Any]) -> None:
-        """Add one record (the caller's dict is copied shallowly, never mutated)."""
+        """Add one record (the caller's dict is copied shallowly, never mutated). A train or
+        eval record whose step is outside the contract's range (an integer in 0..STEP_MAX;
+        null: no step, no point) is left out: no reader can place it on an x axis."""
+        kind = record.get("type")
+        if kind in ("train", "eval") and not _placeable(record.get("step")):
+            return
         rec = MappingProxyType(dict(record))
-        kind = rec.get("type")
         with self._lock:
             self._version += 1
             if kind == "train":
@@ -215,8 +229,9 @@ class MetricStore:
     ) -> None:
         """Append (step, value) to each numeric field's series. Caller holds the lock."""
         x = rec.get("step")
-        if x is None or not _is_number(x) or (type(x) is float and not math.isfinite(x)):
+        if x is None:
             return
+        x = int(x)  # a numpy integer too (push checked the range)
         version = self._version
         series = self._series
         for name, y in items:
