@@ -175,8 +175,9 @@ class AlertActions:
 
 class LineCutter:
     """The script's output bytes in, lines for a screen out: `\\n`, `\\r\\n` and a lone `\\r`
-    (a progress bar's redraw) end a line, and a line longer than `cap` bytes is cut to its
-    first `cap` bytes plus "… [cut: N bytes]". Never holds more than `cap` bytes."""
+    (a progress bar's redraw) end a line (an empty line ended by a lone `\\r` is no line: a
+    terminal shows nothing for it), and a line longer than `cap` bytes is cut to its first
+    `cap` bytes plus "… [cut: N bytes]". Never holds more than `cap` bytes."""
 
     EOL = re.compile(rb"\r\n|\r|\n")
 
@@ -185,18 +186,27 @@ class LineCutter:
         self.held = bytearray()
         self.cut = 0  # bytes of the current line not held
         self.after_cr = False  # the last chunk ended with \r: a \n first in the next is its pair
+        self.blank_cr = False  # ... and the line it ended was empty
         self.most_held = 0  # the most bytes ever held (tests check the bound)
 
     def feed(self, data: bytes) -> list[str]:
-        start = 1 if self.after_cr and data[:1] == b"\n" else 0
-        self.after_cr = False
-        lines = []
+        if not data:
+            return []
+        lines, start = [], 0
+        if self.after_cr:  # the last chunk ended with \r: a \n first here is its pair
+            if data[:1] == b"\n":
+                start = 1
+                if self.blank_cr:  # an empty line ended by \r\n after all
+                    lines.append("")
+            self.after_cr = self.blank_cr = False
         for match in self.EOL.finditer(data, start):
             self._keep(data, start, match.start())
-            lines.append(self._line())
+            bare_cr, empty = match.group() == b"\r", not (self.held or self.cut)
+            if bare_cr and match.end() == len(data):  # \r\n split between two reads?
+                self.after_cr, self.blank_cr = True, empty
+            if not (bare_cr and empty):  # a bare \r after nothing shows nothing
+                lines.append(self._line())
             start = match.end()
-            if match.group() == b"\r" and start == len(data):
-                self.after_cr = True
         self._keep(data, start, len(data))
         return lines
 
