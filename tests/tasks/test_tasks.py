@@ -70,6 +70,21 @@ def test_a_nan_metric_is_null_in_the_record_and_an_alert() -> None:
     assert len(alerts) == 1 and alerts[0]["metrics"] == ["ratio"]  # once per episode
 
 
+def test_a_task_metric_named_like_a_contract_field_never_replaces_it() -> None:
+    sink = ListSink()
+    result = run(regression("task.name='tests.tasks.user_tasks:contract_names_task'"), sink)
+    assert result.status == "completed", result.reason
+    trains = sink.of("train")
+    assert trains and all(r["type"] == "train" for r in trains)
+    for r in trains:  # the user's values under their own names, the engine's figures intact
+        assert r["user/grad_norm"] == 1234.0 and r["user/samples_per_s"] == -1.0
+        assert r["user/mfu"] == 0.5 and r["user/type"] == 3.0
+        assert r["grad_norm"] != 1234.0 and r["samples_per_s"] > 0
+    declared = {m["name"]: m for m in sink.of("header")[0]["task"]["metrics"]}
+    assert declared["user/mfu"]["format"] == "pct"  # its declaration follows it
+    assert "mfu" not in declared and "grad_norm" not in declared
+
+
 @pytest.mark.parametrize(
     ("task", "words"),
     [

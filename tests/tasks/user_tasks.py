@@ -100,3 +100,18 @@ def scalar_loss_missing_task() -> object:
             return "not a loss"
 
     return Bad()
+
+
+class ContractNames(Regression):
+    """Train metrics named like fields of the train record: kept as user/<name>."""
+
+    metrics = {**Regression.metrics, "mfu": {"goal": "max", "format": "pct", "unit": ""}}
+
+    def training_step(self, model, batch):
+        loss, metrics = super().training_step(model, batch)
+        fixed = {"grad_norm": 1234.0, "samples_per_s": -1.0, "mfu": 0.5, "type": 3.0}
+        return loss, {**metrics, **{k: torch.tensor(v) for k, v in fixed.items()}}
+
+
+def contract_names_task() -> ContractNames:
+    return ContractNames()

@@ -130,7 +130,7 @@ TRAIN_EXTRA_FIELDS = ("rank_step_time_s", "rank_busy_s", "tokens_per_s", "droppe
 # `user_field(name)` (`user/<name>`), so `{"type": 3}` or nanoGPT's `mfu` (in percent) can
 # neither hide a record nor replace the engine's measurement.
 CONTRACT_FIELDS = frozenset(
-    {*TRAIN_FIELDS, *TRAIN_EXTRA_FIELDS, "busy_s", "time", "rank", "tokens", "val_samples"}
+    {*TRAIN_FIELDS, *TRAIN_EXTRA_FIELDS, "busy_s", "time", "rank"}
 )
 USER_PREFIX = "user/"
 
