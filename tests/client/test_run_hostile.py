@@ -9,11 +9,8 @@ import json
 import os
 import random
 import re
-import signal
 import socket
 import stat
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +19,6 @@ from typing import Any
 import pytest
 
 from tuitrain import script as run_cmd
-from tuitrain.engine.rundir import RunDirLock
 from tuitrain.metrics.records import MAX_HEADER_BYTES
 from tuitrain.script import LINE_CAP, AlertActions, LineCutter, Tail, ensure_end, last_records
 from tuitrain.ui.script_app import LineQueue

@@ -89,6 +89,7 @@ class ScriptApp(TuitrainApp):
         self.follower = JsonlFollower(script.metrics, store)
         self.lines = LineQueue()
         self.finishing: threading.Thread | None = None
+        self.lines_shown = self.lines_skipped = 0  # the script's lines, written or dropped
         self.quit_wanted = False
         self.tree_sampler = TreeSampler(script.proc.pid)
         from tuitrain.script import AlertActions
@@ -130,6 +131,8 @@ class ScriptApp(TuitrainApp):
 
     def drain(self) -> None:
         skipped, lines = self.lines.take(DRAIN_MAX)
+        self.lines_skipped += skipped
+        self.lines_shown += len(lines)
         if skipped:
             self.output_log.write(f"[{skipped} lines skipped; output.log has them]")
         for line in lines:
