@@ -33,7 +33,8 @@ action is `stop` sets `run.should_stop`.
 
 What it promises (README, "Reliability"): every logged row reaches the file or is counted as
 dropped (`dropped_rows` in the end record, a warning event at the flush). The queue holds at
-most MAX_PENDING rows; a `log` that finds it full wakes the flush thread and waits up to
+most MAX_PENDING values (a row counts its keys); a `log` that finds it full wakes the flush
+thread and waits up to
 FULL_WAIT_S for room (a loop that logs faster than rows can be written is slowed, not
 grown), then drops that row, counted. One value that cannot be read (a sharded DTensor, a
 complex or many-element tensor, text) costs that value only, said once per key. A key
@@ -85,7 +86,7 @@ LOSS_KEYS = ("loss", "train/loss", "train_loss")
 LR_KEYS = ("lr", "learning_rate", "train/lr", "train/learning_rate")
 EPOCH_KEYS = ("epoch", "train/epoch")
 GRAD_NORM_KEYS = ("grad_norm", "train/grad_norm")  # the global norm before clipping (HF's too)
-MAX_PENDING = 65_536  # rows waiting for the flush thread; a full queue makes log() wait
+MAX_PENDING = 131_072  # values waiting for the flush thread; a full queue makes log() wait
 FULL_WAIT_S = 5.0  # how long log() waits for room before dropping its row (counted)
 FINISH_WAIT_S = 60.0  # how long finish() waits for a flush still converting
 MAX_KEY_CHARS = 256  # a longer key is not a metric name: its value is dropped (said once)
@@ -201,6 +202,7 @@ class Run:
         self.finished = False
         self.flush_every, self.flush_s = flush_every, float(flush_s)
         self.max_pending = MAX_PENDING
+        self._pending_values = 0  # what the queue holds, in values (a row: its keys, at least 1)
         self._pending: list[tuple[int, float, dict[str, Any]]] = []
         self._mutex = threading.RLock()  # RLock: a signal may land while log() holds it
         self._room = threading.Condition(self._mutex)
@@ -266,16 +268,24 @@ class Run:
     def _put(self, row: tuple[int, float, dict[str, Any]]) -> None:
         """Append a row to the bounded queue: when it is full, wait for the flush thread,
         then drop the row (counted)."""
+        cost = max(len(row[2]), 1)
         with self._room:
-            if len(self._pending) >= self.max_pending:
+            if self._pending and self._pending_values + cost > self.max_pending:
                 self._wake.set()
                 self._room.wait_for(
-                    lambda: len(self._pending) < self.max_pending or self.finished, FULL_WAIT_S
+                    lambda: (
+                        not self._pending
+                        or self._pending_values + cost <= self.max_pending
+                        or self.finished
+                    ),
+                    FULL_WAIT_S,
                 )
-                if len(self._pending) >= self.max_pending or self.finished:
+                full = self._pending and self._pending_values + cost > self.max_pending
+                if full or self.finished:
                     self.dropped_rows += 1
                     return
             self._pending.append(row)
+            self._pending_values += cost
 
     def _drop_call(self, why: str) -> None:
         self.dropped_rows += 1
@@ -424,6 +434,7 @@ class Run:
     def _flush(self, final: bool = False) -> None:
         with self._room:
             pending, self._pending = self._pending, []
+            self._pending_values = 0
             self._room.notify_all()  # room again for a log() that waits
         if pending:
             self._inflight.append(_Batch(pending, self))
@@ -449,7 +460,7 @@ class Run:
             self._dropped_told = self.dropped_rows
             self.sink.write(event_record(
                 f"{new:,} log calls were dropped ({self.dropped_rows:,} in all): the queue of"
-                f" {self.max_pending:,} rows stayed full for {FULL_WAIT_S:g} s, or their step"
+                f" {self.max_pending:,} values stayed full for {FULL_WAIT_S:g} s, or their step"
                 " was out of range", level="warning", kind="client",
                 dropped_rows=self.dropped_rows))  # fmt: skip
 

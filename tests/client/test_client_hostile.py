@@ -96,7 +96,7 @@ def test_a_full_queue_waits_then_drops_and_counts(tmp_path: Path, monkeypatch: A
     assert inside.wait(30)  # the flush thread holds 5 rows and cannot take more
     for step in range(5, 200):
         run.log({"x": float(step)})
-        seen.append(len(run._pending))
+        seen.append(run._pending_values)
     assert max(seen) <= 20  # bounded, however fast the loop logs
     release.set()
     run.finish()
@@ -113,7 +113,7 @@ def test_a_fast_loop_loses_nothing_when_the_writer_keeps_up(tmp_path: Path) -> N
     run.max_pending = 64  # a small queue: log() waits for the flush thread instead of growing
     for step in range(5000):
         run.log({"x": float(step)})
-        assert len(run._pending) <= 64
+        assert run._pending_values <= 64
     run.finish()
     recs = records(tmp_path / "run")
     assert len(of(recs, "train")) + recs[-1].get("dropped_rows", 0) == 5000
