@@ -489,3 +489,14 @@ def test_lightning_says_interrupt_and_exception_apart(tmp_path: Path) -> None:
     _, stopped, err = run_script(tmp_path, body.format(exc="KeyboardInterrupt"))
     assert stopped[-1]["status"] == "stopped", err
     assert "SIGINT" in stopped[-1]["reason"]
+
+
+def test_tuitrain_runs_dir_wins_over_the_scripts_own(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("TUITRAIN_RUN_DIR", str(tmp_path / "owned"))
+    run = client.Run(tmp_path / "elsewhere")  # as a Lightning or HF example may pass
+    run.log({"loss": 1.0})
+    run.finish()
+    assert not (tmp_path / "elsewhere").exists()
+    recs = records(tmp_path / "owned")
+    assert of(recs, "train")[0]["loss"] == 1.0
+    assert any("elsewhere" in m and "TUITRAIN_RUN_DIR" in m for m in warnings_of(recs))
