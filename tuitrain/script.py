@@ -174,12 +174,13 @@ class AlertActions:
 
 
 class LineCutter:
-    """The script's output bytes in, lines for a screen out: `\\n`, `\\r\\n` and a lone `\\r`
-    (a progress bar's redraw) end a line (an empty line ended by a lone `\\r` is no line: a
-    terminal shows nothing for it), and a line longer than `cap` bytes is cut to its first
-    `cap` bytes plus "… [cut: N bytes]". Never holds more than `cap` bytes."""
+    """The script's output bytes in, lines for a screen out: `\\n`, `\\r\\n` and a bare `\\r`
+    (a progress bar's redraw; a run of them counts once) end a line; an empty line ended by
+    a bare `\\r` is no line (a terminal shows nothing for it). A line longer than `cap` bytes
+    is cut to its first `cap` bytes plus "… [cut: N bytes]". Never holds more than `cap`."""
 
-    EOL = re.compile(rb"\r\n|\r|\n")
+    EOL = re.compile(rb"\r*\n|\r+")  # a run of \r is one line end (with a \n after, too)
+    CRS = re.compile(rb"\r*(\n)?")
 
     def __init__(self, cap: int = LINE_CAP) -> None:
         self.cap = cap
@@ -193,15 +194,17 @@ class LineCutter:
         if not data:
             return []
         lines, start = [], 0
-        if self.after_cr:  # the last chunk ended with \r: a \n first here is its pair
-            if data[:1] == b"\n":
-                start = 1
-                if self.blank_cr:  # an empty line ended by \r\n after all
-                    lines.append("")
-            self.after_cr = self.blank_cr = False
+        if self.after_cr:  # the last chunk ended with \r: more \r and a \n here belong to it
+            pair = self.CRS.match(data)
+            assert pair is not None
+            start = pair.end()
+            if pair.group(1) and self.blank_cr:  # an empty line ended by \r\n after all
+                lines.append("")
+            if pair.group(1) or start < len(data):
+                self.after_cr = self.blank_cr = False
         for match in self.EOL.finditer(data, start):
             self._keep(data, start, match.start())
-            bare_cr, empty = match.group() == b"\r", not (self.held or self.cut)
+            bare_cr, empty = match.group()[-1:] == b"\r", not (self.held or self.cut)
             if bare_cr and match.end() == len(data):  # \r\n split between two reads?
                 self.after_cr, self.blank_cr = True, empty
             if not (bare_cr and empty):  # a bare \r after nothing shows nothing

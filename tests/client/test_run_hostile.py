@@ -79,6 +79,7 @@ SAMPLES: dict[str, bytes] = {
     "lone \\r then \\n": b"a\rb\n\rc\r\r\n",
     "only \\r": b"\r" * 300,
     "blank lines": b"\n\n\r\n\n",
+    "runs of \\r": b"a\r\r\r\nb\r\r\rc\r\r\n\r\r\r\n\r\r",
     "multibyte text": ("é" * 40 + "\n" + "日本" * 30 + "\r").encode(),
     "binary": random.Random(4).randbytes(3000),
 }
@@ -94,8 +95,8 @@ def test_lines_for_the_screen_whatever_the_bytes_and_chunks(name: str, chunk: in
     cutter = LineCutter(cap)
     got = [line for piece in cut_apart(data, chunk) for line in cutter.feed(piece)]
     got += cutter.flush()
-    parts = re.split(rb"(\r\n|\r|\n)", data)  # piece, line end, piece, ..., last piece
-    pieces = [p for p, end in zip(parts[::2], parts[1::2], strict=False) if p or end != b"\r"]
+    parts = re.split(rb"(\r*\n|\r+)", data)  # piece, line end, piece, ..., last piece
+    pieces = [p for p, end in zip(parts[::2], parts[1::2], strict=False) if p or end[-1:] != b"\r"]
     pieces += [parts[-1]] if parts[-1] else []  # the last line, without a line end
     assert len(got) == len(pieces)
     for line, piece in zip(got, pieces, strict=True):
@@ -126,6 +127,19 @@ def test_the_pane_queue_is_bounded_and_counts_what_it_drops(count: int) -> None:
     assert skipped + len(lines) == count  # nothing lost without being counted
     assert lines == [f"line {i}" for i in range(max(count - 30, 0), count)]  # the newest
     assert queue.take(limit=30) == (0, [])
+
+
+@pytest.mark.parametrize("sizes", [[10] * 20, [4096] * 20, [1, 50_000, 2], [100_000]])
+def test_a_drain_writes_at_most_its_characters_and_always_the_newest_line(
+    sizes: list[int],
+) -> None:
+    queue = LineQueue(cap=100)
+    for i, size in enumerate(sizes):
+        queue.put(str(i % 10) * size)
+    skipped, lines = queue.take(limit=250, max_chars=10_000)
+    assert lines and lines[-1] == str((len(sizes) - 1) % 10) * sizes[-1]  # the newest
+    assert len(lines) == 1 or sum(map(len, lines)) <= 10_000
+    assert skipped + len(lines) == len(sizes)
 
 
 @pytest.mark.parametrize(

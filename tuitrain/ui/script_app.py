@@ -3,7 +3,8 @@ pane with the script's stdout and stderr. `q` asks the script to stop (SIGINT, t
 after the grace period); the app stays open on the ended run until `q` again.
 
 The pane keeps up whatever the script prints: lines reach it through a bounded queue (the
-oldest dropped and counted: "[N lines skipped]"), at most DRAIN_MAX lines a tick, each
+oldest dropped and counted: "[N lines skipped]"), at most DRAIN_MAX lines (DRAIN_CHARS
+characters) a tick, each
 already cut to tuitrain.script.LINE_CAP bytes; output.log keeps everything."""
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
 
 MAX_OUTPUT_LINES = 2000
 QUEUE_MAX = MAX_OUTPUT_LINES  # more lines than the pane keeps would never be seen
-DRAIN_MAX = 250  # lines written to the pane per tick (5 ticks a second)
+DRAIN_MAX = 250  # lines written to the pane per tick (5 ticks a second) ...
+DRAIN_CHARS = 64_000  # ... and characters (Textual wraps ~1 µs a character: ~60 ms a tick)
 
 
 class LineQueue:
@@ -48,16 +50,22 @@ class LineQueue:
             self._lines.append(line)
             self.most = max(self.most, len(self._lines))
 
-    def take(self, limit: int) -> tuple[int, list[str]]:
-        """(lines dropped since the last take, the newest `limit` queued lines), emptied."""
+    def take(self, limit: int, max_chars: int | None = None) -> tuple[int, list[str]]:
+        """(lines dropped since the last take, the newest queued lines: at most `limit`, and
+        no more than `max_chars` characters together, though always the newest one), emptied;
+        the older ones are counted as dropped."""
         with self._lock:
             lines, skipped = list(self._lines), self.skipped
             self._lines.clear()
             self.skipped = 0
-        if len(lines) > limit:
-            skipped += len(lines) - limit
-            lines = lines[-limit:]
-        return skipped, lines
+        keep, chars = 0, 0
+        for line in reversed(lines[-limit:] if limit else []):
+            chars += len(line)
+            if keep and max_chars is not None and chars > max_chars:
+                break
+            keep += 1
+        skipped += len(lines) - keep
+        return skipped, lines[len(lines) - keep :]
 
 
 class OutputLog(RichLog):
@@ -130,7 +138,7 @@ class ScriptApp(TuitrainApp):
         self.follower.stop()
 
     def drain(self) -> None:
-        skipped, lines = self.lines.take(DRAIN_MAX)
+        skipped, lines = self.lines.take(DRAIN_MAX, DRAIN_CHARS)
         self.lines_skipped += skipped
         self.lines_shown += len(lines)
         if skipped:
