@@ -275,4 +275,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tuitrain.watch import main as watch_main
 
     kind, paths = choice
-    return watch_main([*paths] if kind == "watch" else ["--compare", *paths])
+    return watch_main(watch_args(kind, paths))
+
+
+def watch_args(kind: str, paths: Sequence[str]) -> list[str]:
+    """`tuitrain watch`'s arguments for the run (or runs) chosen: the paths after `--`, so
+    that a run named `-h` or `--poll` is a run."""
+    return ["--", *paths] if kind == "watch" else ["--compare", "--", *paths]

@@ -57,13 +57,20 @@ def build_parser() -> argparse.ArgumentParser:
         "129 SIGHUP or the terminal or textual serve's connection gone, 130 SIGINT, 143 SIGTERM",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("target", nargs="?", help="a run dir or its metrics.jsonl")
+    p.add_argument(
+        "target",
+        nargs="*",
+        default=[],
+        metavar="RUN",
+        help="a run dir or its metrics.jsonl (after --, a name that starts with - is a run: "
+        "tuitrain watch -- -h)",
+    )
     p.add_argument(
         "--compare",
-        nargs="+",
+        nargs="*",
         metavar="RUN",
         help="compare 2 to 8 runs (run dirs or metrics.jsonl files): A, B, C ...; ratios and"
-        " gaps are each run against A",
+        " gaps are each run against A (tuitrain watch --compare -- A B: names after --)",
     )
     p.add_argument(
         "--poll", type=positive_seconds, default=0.25, help="seconds between file checks"
@@ -192,10 +199,17 @@ def looks_like_a_record(first_line: bytes) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.compare and args.target:  # the positional RUN after --compare's own
-        args.compare.append(args.target)
+    if args.compare is not None:  # the positional RUNs after --compare's own (or after --)
+        args.compare.extend(args.target)
         args.target = None
-    if args.compare and not 2 <= len(args.compare) <= 8:
+    elif len(args.target) > 1:
+        parser.error(
+            f"pass one run dir (or its metrics.jsonl), or --compare with 2 to 8 runs; got "
+            f"{len(args.target)} runs"
+        )
+    else:
+        args.target = args.target[0] if args.target else None
+    if args.compare is not None and not 2 <= len(args.compare) <= 8:
         parser.error(
             f"--compare takes 2 to 8 runs, got {len(args.compare)}"
             + (": add one to compare with" if len(args.compare) < 2 else ": drop some")
