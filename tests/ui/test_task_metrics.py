@@ -42,10 +42,31 @@ def regression_store(task: dict | None = TASK) -> MetricStore:
 def test_the_declared_metrics_are_the_charts_in_order() -> None:
     snap = regression_store().snapshot()
     assert [s["name"] for s in metric_specs(snap)] == ["mae", "val_loss", "val_mae"]
-    shown, problem = matching(metric_specs(snap), "^val_")
+    shown, problem = matching(metric_specs(snap), "val_")
     assert [s["name"] for s in shown] == ["val_loss", "val_mae"] and not problem
-    shown, problem = matching(metric_specs(snap), "[")
-    assert len(shown) == 3 and "not a regular expression" in problem
+    shown, problem = matching(metric_specs(snap), "LOSS | mae")  # either, any case
+    assert [s["name"] for s in shown] == ["mae", "val_loss", "val_mae"] and not problem
+    shown, problem = matching(metric_specs(snap), "[")  # literal text: no metric has it
+    assert shown == [] and not problem
+
+
+# Patterns that backtrack for minutes in a regular expression engine on these names, or are
+# no regular expression at all: the filter takes each as text, found or not.
+HOSTILE = ["(a+)+$", "(.*a){20}$", "([a-z]+)*!", "[", "\\", "a{99999}", "*", "?"]
+
+
+def test_the_filter_is_literal_text_whatever_is_typed() -> None:
+    names = ["a" * 60 + "!", "x" * 200, "grad(a+)+$norm", "[weird]", "a*b"]
+    specs = [{"name": n, "goal": None, "format": "float", "unit": ""} for n in names]
+    for pattern in HOSTILE:
+        shown, problem = matching(specs, pattern)
+        assert [s["name"] for s in shown] == [n for n in names if pattern.lower() in n]
+        assert not problem
+    assert [s["name"] for s in matching(specs, "(a+)+$")[0]] == ["grad(a+)+$norm"]
+    # | separates texts: "(a" or "aa)*$"; the first is in one name
+    assert [s["name"] for s in matching(specs, "(a|aa)*$")[0]] == ["grad(a+)+$norm"]
+    shown, problem = matching(specs, "x" * 5000)  # a pasted wall of text: cut, and said so
+    assert [s["name"] for s in shown] == ["x" * 200] and "cut to 200" in problem
 
 
 def test_a_run_without_declarations_shows_every_series_outside_the_contract() -> None:
@@ -70,6 +91,14 @@ async def test_g_opens_one_chart_per_metric_and_slash_filters_them() -> None:
 
         await pilot.press("slash")
         await pilot.press("v", "a", "l", "underscore", "m", "enter")
+        await pilot.pause()
+        assert list(screen.charts) == ["val_mae"]
+        await pilot.press("slash", *["backspace"] * 5, *"(a+)+$", "enter")  # text, not regex
+        await pilot.pause()
+        assert list(screen.charts) == [] and "0 of 3 shown" in text_of(
+            screen.query_one("#metrics-title")
+        )
+        await pilot.press("slash", *["backspace"] * 6, *"val_m", "enter")
         await pilot.pause()
         assert list(screen.charts) == ["val_mae"]
         assert "1 of 3 shown" in text_of(screen.query_one("#metrics-title"))

@@ -1,5 +1,11 @@
-"""Metrics screen (`m`): one chart per metric of the run's task, filtered by a regular
-expression (`/`, as W&B's terminal viewer filters panels), log y with `l`.
+"""Metrics screen (`m`): one chart per metric of the run's task, filtered by name (`/`),
+log y with `l`.
+
+The filter is literal text, case-insensitive, found anywhere in a metric's name; `|` separates
+alternatives (`loss|mae`). No regular expression: a pattern such as `(a+)+$` backtracks for
+minutes in Python's `re`, which cannot be time-boxed, on the UI thread and, holding the GIL,
+in the training it hosts. A literal filter costs the names' length at most; its text is capped
+at MAX_FILTER characters.
 
 The metrics are what the header's task declaration names (the task's own train metrics, its
 validation metrics) and, for runs whose header declares none, every series of the store
@@ -9,7 +15,6 @@ its best so far (by the declared goal); the charts redraw at 1 Hz from the app's
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +35,7 @@ from tuitrain.ui.widgets.chart import Line, MetricChart, log_title
 from tuitrain.ui.widgets.panel import esc
 
 MAX_CHARTS = 12  # more metrics than this: the first ones, and the filter narrows the rest
+MAX_FILTER = 200  # characters of filter text
 
 
 def metric_specs(snap: Snapshot) -> list[dict[str, Any]]:
@@ -56,14 +62,16 @@ def best_value(values: tuple[float, ...], goal: str | None) -> float | None:
 
 
 def matching(specs: list[dict[str, Any]], pattern: str) -> tuple[list[dict[str, Any]], str]:
-    """The specs whose name the pattern finds (re.search), and '' or why it is not used."""
-    if not pattern:
-        return specs, ""
-    try:
-        regex = re.compile(pattern)
-    except re.error as exc:
-        return specs, f"not a regular expression ({exc}); showing all"
-    return [s for s in specs if regex.search(s["name"])], ""
+    """The specs whose name holds one of the pattern's `|`-separated texts (case-insensitive,
+    literal), and '' or why the pattern is not used as given."""
+    problem = ""
+    if len(pattern) > MAX_FILTER:
+        pattern, problem = pattern[:MAX_FILTER], f"filter cut to {MAX_FILTER} characters"
+    terms = [t.strip().casefold() for t in pattern.split("|")]
+    terms = [t for t in terms if t]
+    if not terms:
+        return specs, problem
+    return [s for s in specs if any(t in s["name"].casefold() for t in terms)], problem
 
 
 class MetricsScreen(Screen[None]):
@@ -79,7 +87,7 @@ class MetricsScreen(Screen[None]):
     MetricsScreen .metric { border: round $primary-darken-2; height: 1fr; min-height: 8; }
     """
     BINDINGS = [
-        Binding("slash", "filter", "Filter", tooltip="Filter metrics by a regular expression"),
+        Binding("slash", "filter", "Filter", tooltip="Filter metrics by name (text; a|b: either)"),
         Binding("l", "toggle_log_y", "Log y", tooltip="Log-scale y axes, or linear"),
         Binding("escape,m,q", "close", "Back", tooltip="Back to the dashboard"),
     ]
@@ -96,8 +104,8 @@ class MetricsScreen(Screen[None]):
         with Vertical(id="metrics-top"):
             yield Static("", id="metrics-title", markup=True)
             yield Input(
-                value=self.pattern, placeholder="regular expression over metric names",
-                id="metrics-filter",
+                value=self.pattern[:MAX_FILTER], id="metrics-filter", max_length=MAX_FILTER,
+                placeholder="text in metric names (case-insensitive; a|b for either)",
             )  # fmt: skip
         yield Grid(id="metrics-grid")
         yield Footer()
@@ -156,7 +164,7 @@ class MetricsScreen(Screen[None]):
         box.focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.pattern = event.value.strip()
+        self.pattern = event.value.strip()[:MAX_FILTER]
         event.input.remove_class("-open")
         self.set_focus(None)
         self.redraw()
