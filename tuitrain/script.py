@@ -41,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,6 +59,7 @@ LINE_CAP = 4096  # bytes of one output line shown (Output pane, --no-ui); output
 RUN_LOCK_NAME = ".tuitrain-run.lock"  # held by `tuitrain run` for its whole life
 LOOK_EVERY_S = 1.0  # how often to look for a metrics.jsonl the script writes elsewhere
 SHOWN_LEFTOVERS = 5  # commands named in the leftover-processes event
+BACKLOG = 2000  # output lines kept for a listener that comes after the script started
 TREE_EVERY_S = 30.0  # --no-ui: a line on the script's process tree this often
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -392,6 +394,8 @@ class Script:
                 f"cannot start {command[0]!r} ({exc.strerror or exc}); check the command after --."
             ) from exc
         self.listeners: list[Callable[[str], None]] = []
+        self.backlog: deque[str] = deque(maxlen=BACKLOG)
+        self._listen_lock = threading.Lock()
         self.cutter = LineCutter()
         self.pump = threading.Thread(target=self._pump, name="tuitrain-output", daemon=True)
         self.pump.start()
@@ -421,10 +425,25 @@ class Script:
                 view = view[written:]
 
     def _tell(self, lines: list[str]) -> None:
-        for line in lines:
-            for listener in list(self.listeners):
-                with contextlib.suppress(Exception):
-                    listener(line)
+        with self._listen_lock:
+            if not self.listeners:  # nobody listens yet: kept (bounded) for the first one
+                self.backlog.extend(lines)
+                return
+            for line in lines:
+                for listener in self.listeners:
+                    with contextlib.suppress(Exception):
+                        listener(line)
+
+    def listen(self, listener: Callable[[str], None]) -> None:
+        """Have `listener` called with each output line (from the pump thread); the first one
+        also gets the lines that came before it (the newest BACKLOG of them)."""
+        with self._listen_lock:
+            if not self.listeners:
+                for line in self.backlog:
+                    with contextlib.suppress(Exception):
+                        listener(line)
+                self.backlog.clear()
+            self.listeners.append(listener)
 
     def send(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -685,7 +704,7 @@ def run_headless(script: Script, on_alert: str | None = None) -> int:
         with contextlib.suppress(OSError, ValueError):
             print(f"[tuitrain] {text}", file=out, flush=True)
 
-    script.listeners.append(lambda line: print(line, file=out, flush=True))
+    script.listen(lambda line: print(line, file=out, flush=True))
     from tuitrain.proctree import TreeSampler
 
     undo = forward_signals(script)

@@ -337,3 +337,15 @@ def test_an_on_alert_hook_that_runs_too_long_is_killed_with_what_it_started(
     assert len(started) == 2  # both started within the 5 s
     wait_until(lambda: all(gone(p) for p in started), "the hook's children ended")
     assert said and "killed, with everything it started" in said[0]
+
+
+def test_output_before_the_first_listener_is_not_lost(tmp_path: Path) -> None:
+    """The pump starts with the script; lines it reads before the UI (or --no-ui's printer)
+    listens are kept for it."""
+    script = run_cmd.Script(["sh", "-c", "echo early; printf 'no newline'"], tmp_path / "r", 1.0)
+    script.proc.wait()
+    script.pump.join(timeout=30)
+    got: list[str] = []
+    script.listen(got.append)
+    assert got == ["early", "no newline"]
+    assert script.finish() == 0

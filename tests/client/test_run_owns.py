@@ -89,7 +89,7 @@ def test_what_the_script_leaves_in_its_group_is_ended_and_named(
     code = run_cmd.main(["--run-dir", str(run_dir), "--no-ui", "--grace-s", "0.5", "--",
                          "sh", "-c", shell])  # fmt: skip
     out, err = capsys.readouterr()
-    assert code == 3 and "bye" in out
+    assert code == 3 and "bye" in out, (out, (run_dir / "output.log").read_bytes())
     left = [int(p) for p in pids.read_text().split()]
     wait_until(lambda: all(gone(p) for p in left), "the leftovers ended")
     recs = records(run_dir / "metrics.jsonl")

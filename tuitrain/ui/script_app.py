@@ -107,7 +107,7 @@ class ScriptApp(TuitrainApp):
         self.ended = False
         self.title = f"tuitrain run {' '.join(script.command)}"
         self.watched_path = script.metrics
-        script.listeners.append(self.lines.put)  # the pump thread never waits for the UI
+        script.listen(self.lines.put)  # the pump thread never waits for the UI
 
     def on_mount(self) -> None:
         super().on_mount()
