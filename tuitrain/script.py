@@ -482,7 +482,7 @@ class Script:
         self.elsewhere = others[0]
         return (
             f"the script writes its records to {self.elsewhere}, not to {self.metrics}: it "
-            "passes a run_dir of its own, so this view stays empty (tuitrain watch "
+            "writes to a run dir of its own, so this view stays empty (tuitrain watch "
             f"{os.path.dirname(self.elsewhere)} shows that run)"
         )
 
@@ -619,13 +619,13 @@ def ensure_end(
         elif last is None:
             if elsewhere:
                 reason += (
-                    f"; it logged to {elsewhere[:300]}, not to this run dir (a run_dir passed "
-                    "in the script overrides TUITRAIN_RUN_DIR there)"
+                    f"; it logged to {elsewhere[:300]}, not to this run dir (a writer that "
+                    "does not take TUITRAIN_RUN_DIR over a run_dir of its own)"
                 )
             else:
                 reason += (
                     "; it logged nothing to this run dir through tuitrain (call tuitrain.init "
-                    "in it, without a run_dir of its own)"
+                    "in it)"
                 )
         totals.update(elapsed_s=round(elapsed, 3), exit_code=code)
         totals.pop("step", None)
