@@ -206,7 +206,7 @@ class Run:
         self._pending: list[tuple[int, float, dict[str, Any]]] = []
         self._mutex = threading.RLock()  # RLock: a signal may land while log() holds it
         self._room = threading.Condition(self._mutex)
-        self._flushing = threading.Lock()  # one flush at a time; finish waits for it
+        self._flushing = threading.RLock()  # one flush at a time; finish waits for it
         self._write = threading.Lock()  # records leave in order, from one thread at a time
         self._wake = threading.Event()
         self._calls = 0
@@ -432,6 +432,10 @@ class Run:
                           " were dropped and counted")  # fmt: skip
 
     def _flush(self, final: bool = False) -> None:
+        with self._flushing:
+            self._flush_held(final)
+
+    def _flush_held(self, final: bool) -> None:
         with self._room:
             pending, self._pending = self._pending, []
             self._pending_values = 0

@@ -116,7 +116,7 @@ class TuitrainApp(SessionApp):
             "filter_metrics",
             "Filter metrics",
             show=False,
-            tooltip="The metrics charts, filtered by a regular expression over their names",
+            tooltip="The metrics charts, filtered by text in their names",
         ),
         Binding("question_mark", "help", "Help", tooltip="This list of keys"),
         Binding("h,f1", "help", "Help", show=False, tooltip="This list of keys"),
