@@ -30,6 +30,7 @@ def per_call_us(run: Run, data: dict, calls: int) -> float:
     elapsed = time.perf_counter() - start
     with run._mutex:
         run._pending.clear()  # not flushed: the next batch starts empty
+        run._pending_values = 0
     return elapsed / calls * 1e6
 
 

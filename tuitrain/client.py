@@ -101,6 +101,15 @@ SCRIPT_TASK: dict[str, Any] = {
 }
 
 _current: Run | None = None
+_forks = 0  # forks this process descends from: a run is written by the process it began in
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def current() -> Run | None:
@@ -195,7 +204,7 @@ class Run:
         except BaseException:
             self._lock_file.release()
             raise
-        self._pid = os.getpid()  # a forked child is not this run's writer
+        self._forks = _forks  # a forked child (where _forks has moved) is not this writer
         self.config = Config(_plain(dict(config or {})))
         self.summary: dict[str, Any] = {}
         self.should_stop = False
@@ -238,7 +247,7 @@ class Run:
     # ------------------------------------------------------------------ the script's side
     def log(self, data: Mapping[str, Any], step: int | None = None, commit: bool = True) -> None:
         """Keep `data` for the next flush: no conversion, no host sync (a few µs)."""
-        if self.finished or os.getpid() != self._pid:
+        if self.finished or _forks != self._forks:
             return  # a forked child (a helper, a DataLoader worker) never writes this run
         if step is None:
             at = self._step
@@ -260,7 +269,13 @@ class Run:
         axes = self._axes
         if axes:  # define_metric: some keys go on another metric's axis
             data = self._split_axes(data, axes, commit)
-        self._put((at, time.perf_counter(), dict(data)))
+        row = (at, time.perf_counter(), dict(data))
+        with self._mutex:  # the fast path: room in the queue
+            if self._pending_values < self.max_pending - len(row[2]) or not self._pending:
+                self._pending.append(row)
+                self._pending_values += len(row[2]) or 1
+            else:
+                self._put(row)
         self._calls += 1
         if self._calls % self.flush_every == 0:
             self._wake.set()
@@ -316,7 +331,7 @@ class Run:
 
     def alert(self, title: str, text: str = "", level: str = "warning", **_: Any) -> None:
         """wandb's `run.alert`: an event in the run (the dashboard's banner shows it)."""
-        if self.finished or os.getpid() != self._pid:
+        if self.finished or _forks != self._forks:
             return
         self._emit([event_record(f"{title}: {text}" if text else title, level=level.lower(),
                                  kind="alert", alert="script")])  # fmt: skip
@@ -327,7 +342,7 @@ class Run:
         converted), write the end record, release the run dir and undo what `init` did.
         Idempotent; in a process forked from the script it does nothing."""
         global _current
-        if self.finished or os.getpid() != self._pid:
+        if self.finished or _forks != self._forks:
             return
         self.finished = True
         with self._room:
@@ -544,7 +559,7 @@ class Run:
         return out
 
     def say_once(self, what: str) -> None:
-        if what not in self._said and os.getpid() == self._pid:
+        if what not in self._said and _forks == self._forks:
             self._said.add(what)
             with contextlib.suppress(Exception):
                 self._emit([event_record(what, level="warning", kind="client")])
@@ -604,7 +619,7 @@ class Run:
 
     def update_config(self, values: Mapping[str, Any]) -> None:
         """Config set after init: kept, and written as a `config` event."""
-        if self.finished or os.getpid() != self._pid:
+        if self.finished or _forks != self._forks:
             return
         plain = _plain(dict(values))
         dict.update(self.config, plain)  # not a subclass's update (wandb's calls back here)
@@ -623,7 +638,7 @@ class Run:
         run = self
 
         def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-            if not run.finished and os.getpid() == run._pid:
+            if not run.finished and _forks == run._forks:
                 text = str(exc).strip()
                 run._exc = (kind.__name__, text.splitlines()[0][:500] if text else "")
             previous(kind, exc, tb)
@@ -664,7 +679,7 @@ class Run:
         self._handled = []
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        if os.getpid() != self._pid:  # a forked child: the default action, not our run
+        if _forks != self._forks:  # a forked child: the default action, not our run
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
@@ -672,7 +687,7 @@ class Run:
         raise SystemExit(128 + signum)  # through the script's finally blocks and atexit
 
     def _at_exit(self) -> None:
-        if not self.finished and os.getpid() == self._pid:
+        if not self.finished and _forks == self._forks:
             if self._exit_code is None and self._exc is None and self._signal is None:
                 self._exit_code = 0  # the interpreter ends normally
             self.finish()
