@@ -456,38 +456,43 @@ def test_a_forked_child_never_touches_its_parents_run(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_lightning_says_interrupt_and_exception_apart(tmp_path: Path) -> None:
     pytest.importorskip("lightning")
-    body = """
-        import sys, torch, lightning as L
+    rc, stopped, err = run_script(
+        tmp_path,
+        """
+        import torch, lightning as L
         from tuitrain.lightning import TuitrainLogger
 
         class M(L.LightningModule):
-            def __init__(self):
+            def __init__(self, exc):
                 super().__init__()
-                self.net = torch.nn.Linear(2, 1)
+                self.net, self.exc = torch.nn.Linear(2, 1), exc
             def training_step(self, batch, i):
                 if i == 3:
-                    raise {exc}
+                    raise self.exc
                 self.log("loss_x", self.net(batch[0]).mean())
                 return self.net(batch[0]).pow(2).mean()
             def configure_optimizers(self):
                 return torch.optim.SGD(self.parameters(), lr=0.1)
 
-        data = torch.utils.data.TensorDataset(torch.randn(64, 2))
-        trainer = L.Trainer(max_epochs=1, logger=TuitrainLogger(run_dir="run"),
-                            log_every_n_steps=1, enable_checkpointing=False,
-                            enable_progress_bar=False, enable_model_summary=False,
-                            accelerator="cpu")
+        def fit(exc, run_dir):
+            data = torch.utils.data.TensorDataset(torch.randn(64, 2))
+            trainer = L.Trainer(max_epochs=1, logger=TuitrainLogger(run_dir=run_dir),
+                                log_every_n_steps=1, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False,
+                                accelerator="cpu")
+            trainer.fit(M(exc), torch.utils.data.DataLoader(data, batch_size=8))
+
         try:
-            trainer.fit(M(), torch.utils.data.DataLoader(data, batch_size=8))
-        except BaseException:
+            fit(ValueError("the data is bad"), "failed")
+        except ValueError:
             pass
-        """
-    _, failed, err = run_script(tmp_path, body.format(exc="ValueError('the data is bad')"))
+        fit(KeyboardInterrupt(), "run")  # Lightning ends the process: sys.exit(1)
+        """,
+    )
+    failed = records(tmp_path / "failed")
     assert failed[-1]["status"] == "failed", err
     assert failed[-1]["reason"] == "ValueError: the data is bad"
-    (tmp_path / "run" / "metrics.jsonl").unlink()
-    _, stopped, err = run_script(tmp_path, body.format(exc="KeyboardInterrupt"))
-    assert stopped[-1]["status"] == "stopped", err
+    assert rc == 1 and stopped[-1]["status"] == "stopped", err
     assert "SIGINT" in stopped[-1]["reason"]
 
 
