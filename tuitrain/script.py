@@ -49,8 +49,10 @@ from typing import IO, Any
 
 import tuitrain
 from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError
-from tuitrain.metrics.records import MAX_HEADER_BYTES, end_record, event_record, valid_step
+from tuitrain.metrics.records import end_record, event_record
+from tuitrain.metrics.runfile import LineTail
 from tuitrain.safefile import LinkRefused, not_regular, open_nofollow
+from tuitrain.stdio import can_draw_ui
 
 GRACE_S = 10.0
 HOOK_TIMEOUT_S = 60.0  # an --on-alert hook (and what it started) is killed after this
@@ -147,27 +149,11 @@ class AlertActions:
             self.hooks.append(thread)
 
     def _hook(self, payload: str) -> None:
-        try:
-            proc = subprocess.Popen(
-                self.on_alert or "", shell=True, stdin=subprocess.PIPE, text=True,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
-        except OSError:
-            return
-        try:
-            proc.communicate(payload, timeout=HOOK_TIMEOUT_S)
-        except BaseException as exc:  # the timeout, or a broken pipe: end its whole session
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            if isinstance(exc, subprocess.TimeoutExpired):
-                with contextlib.suppress(Exception):
-                    self.say(
-                        f"--on-alert ran longer than {HOOK_TIMEOUT_S:g} s: it was killed, "
-                        "with everything it started"
-                    )
-            elif not isinstance(exc, OSError):
-                raise
+        from tuitrain.hooks import run_hook  # the engine's on_alert runs through it too
+
+        if why := run_hook(self.on_alert or "", payload, HOOK_TIMEOUT_S):
+            with contextlib.suppress(Exception):
+                self.say(f"--on-alert failed: {why}")
 
     def close(self) -> None:
         deadline = time.monotonic() + HOOK_TIMEOUT_S + 5
@@ -281,51 +267,10 @@ def open_for_reading(path: Path) -> int | None:
 
 
 def last_records(metrics: Path, chunk: int = 1 << 20) -> tuple[dict[str, Any] | None, int | None]:
-    """(the last record of metrics.jsonl, the step of the last record that has one), read
-    backwards a chunk at a time until both are known (bounded memory, whatever the size)."""
-    fd = open_for_reading(metrics)
-    if fd is None:
-        return None, None
-    last: dict[str, Any] | None = None
-    step: int | None = None
-    try:
-        pos, carry, drop_tail = os.fstat(fd).st_size, b"", False
-        while pos > 0 and (last is None or step is None):
-            start = max(0, pos - chunk)
-            data = os.pread(fd, pos - start, start)
-            if not data:
-                break
-            lines = (data + carry).split(b"\n")
-            if drop_tail:  # the end of a line too long to be a record
-                lines[-1], drop_tail = b"", False
-            carry = lines.pop(0) if start > 0 else b""
-            if len(carry) > MAX_HEADER_BYTES + 1:
-                carry, drop_tail = b"", True
-            for line in reversed(lines):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if not isinstance(record, dict):
-                    continue
-                if last is None:
-                    last = record
-                if (
-                    step is None
-                    and record.get("type") != "header"
-                    and valid_step(record.get("step"))
-                ):
-                    step = int(record["step"])
-                if step is not None:
-                    break
-            pos = start
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return last, step
+    """(the last record, the step of the last record that has one): runfile's reader."""
+    from tuitrain.metrics.runfile import last_records as read_last
+
+    return read_last(metrics, chunk)
 
 
 def end_group(pgid: int, grace_s: float) -> list[str]:
@@ -665,7 +610,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_USAGE
     print(f"tuitrain run: {' '.join(command)} (run dir {run_dir})", file=sys.stderr)
-    if args.no_ui or not (sys.stdin.isatty() and sys.stdout.isatty()):
+    if args.no_ui or can_draw_ui():  # the check every command makes before its UI
         code = run_headless(script, args.on_alert)
     else:
         code = run_dashboard(script, args.on_alert)
@@ -737,38 +682,9 @@ def run_headless(script: Script, on_alert: str | None = None) -> int:
     return code
 
 
-class Tail:
-    """New whole lines of a growing JSONL file, as records (bad lines skipped). Never follows
-    a link or waits on a FIFO there; a line longer than any record is skipped, not held."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.rest = path, 0, b""
-        self.skipping = False  # inside a line too long to be a record
-
-    def read(self) -> list[dict[str, Any]]:
-        fd = open_for_reading(self.path)
-        if fd is None:
-            return []
-        try:
-            data = os.pread(fd, 1 << 20, self.offset)
-        except OSError:
-            return []
-        finally:
-            os.close(fd)
-        self.offset += len(data)
-        lines = (self.rest + data).split(b"\n")
-        self.rest = lines.pop()
-        if self.skipping and lines:
-            lines[0], self.skipping = b"", False
-        if len(self.rest) > MAX_HEADER_BYTES + 1:
-            self.rest, self.skipping = b"", True
-        out = []
-        for line in lines:
-            with contextlib.suppress(ValueError):
-                record = json.loads(line)
-                if isinstance(record, dict):
-                    out.append(record)
-        return out
+class Tail(LineTail):
+    """New whole lines of a growing JSONL file, as records: runfile's reader (the same
+    cleaning and limits as every other command's)."""
 
 
 def run_dashboard(script: Script, on_alert: str | None = None) -> int:

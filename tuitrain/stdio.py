@@ -135,3 +135,38 @@ def write_quietly(stream: IO[str], text: str) -> None:
     """`stream.write(text)`, or nothing when the disk (or terminal) refuses it."""
     with contextlib.suppress(OSError, ValueError):
         stream.write(text)
+
+
+TERMINAL_DRIVERS = ("textual.drivers.linux", "textual.drivers.windows")  # need a terminal
+
+
+def can_draw_ui(*, stdout: bool = True) -> str | None:
+    """The one check every command makes before it starts a Textual UI: None when the UI
+    can draw here, else why not, in a few words.
+
+    It can when TEXTUAL_DRIVER names a driver that needs no terminal (the web driver of
+    `textual serve` speaks over pipes); else stdin and stderr (where Textual's driver reads
+    keys and draws) must be terminals, and stdout too unless `stdout` is False (a command
+    whose output is the UI's own, like `watch`); and TERM must name a terminal that takes
+    escape codes (not unset, dumb or unknown: they would show as text)."""
+    driver = os.environ.get("TEXTUAL_DRIVER")  # what textual.constants.DRIVER reads
+    if driver and not driver.startswith(TERMINAL_DRIVERS):
+        return None
+    streams = {"stdin": sys.stdin, "stdout": sys.stdout, "stderr": sys.stderr}
+    if not stdout:
+        del streams["stdout"]
+    missing = [name for name, f in streams.items() if not _isatty(f)]
+    if missing:
+        are = "is" if len(missing) == 1 else "are"
+        return f"no terminal ({' and '.join(missing)} {are} not a TTY)"
+    term = os.environ.get("TERM", "")
+    if term in ("", "dumb", "unknown"):
+        return f"TERM={term or '(unset)'} cannot draw the dashboard"
+    return None
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return stream is not None and bool(stream.isatty())
+    except (OSError, ValueError, AttributeError):
+        return False
