@@ -170,19 +170,6 @@ def list_presets() -> int:
     return 0
 
 
-def has_tty() -> bool:
-    return sys.stdin.isatty() and sys.stderr.isatty() and sys.stdout.isatty()
-
-
-def drivable_terminal() -> str | None:
-    """None when the dashboard can draw here, else why not (TERM=dumb, unset, or unknown to
-    the terminfo database: Textual would write escape codes the terminal shows as text)."""
-    term = os.environ.get("TERM", "")
-    if term in ("", "dumb", "unknown"):
-        return f"TERM={term or '(unset)'} cannot draw the dashboard"
-    return None
-
-
 def run_ui(cfg: Config, overrides: list[str]) -> int:
     try:
         from tuitrain.ui.app import run_app
@@ -298,17 +285,13 @@ def _main(argv: Sequence[str] | None = None) -> int:
             refuse_if_held(cfg.run.run_dir)
         if args.no_ui or not main_rank:  # other ranks never draw
             return run_headless(cfg)
-        if not has_tty():
-            print(
-                "tuitrain: no terminal (stdin/stdout/stderr not a TTY): running headless; "
-                "pass --no-ui to silence this line.",
-                file=sys.stderr,
-            )
-            return run_headless(cfg)
-        if why := drivable_terminal():
+        from tuitrain.stdio import can_draw_ui
+
+        if why := can_draw_ui():  # the check every command makes before its UI
             print(
                 f"tuitrain: {why}: running headless (line logs); pass --no-ui to silence this "
-                "line, or set TERM (e.g. xterm-256color) for the dashboard.",
+                "line, or run in a terminal with TERM set (e.g. xterm-256color) for the "
+                "dashboard.",
                 file=sys.stderr,
             )
             return run_headless(cfg)

@@ -23,16 +23,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError, usable_path
+from tuitrain.metrics.runfile import has_run_files, metrics_path
 from tuitrain.safefile import NotRegular, kind_of, open_regular
 
-RUN_FILES = ("metrics.jsonl", "config.toml", "train.log")  # what a run dir holds early on
 MAX_POLL_S = 3600.0  # --poll: seconds between file checks, above 0 and at most this
 FORCE_EXIT_S = 5.0  # a viewer asked to stop (signal, server gone) still here then is ended
 PROBE_BYTES = 1 << 20  # a header line is a few kB; more without a newline is no metrics file
@@ -94,13 +93,11 @@ def positive_seconds(text: str) -> float:
 def check_target(target: str, *, strict: bool) -> Path:
     """The metrics file of `target`, or WatchError. `strict` (compare) also refuses a folder
     without any run file; one run may be watched before its run starts writing."""
-    from tuitrain.metrics.follow import resolve_metrics_path
-
     try:
         given = usable_path(target, "watch target")
     except UserError as exc:
         raise WatchError(str(exc)) from None
-    path = given if given.is_file() else resolve_metrics_path(target)  # a file is the file
+    path = metrics_path(given)  # a file is the file, a folder its metrics.jsonl
     if given.exists() and not (given.is_dir() or given.is_file()):
         raise WatchError(
             f"{target} is not a run dir or a metrics file (it is a {file_kind(given)}); "
@@ -157,32 +154,19 @@ def file_kind(path: Path) -> str:
 
 
 def check_terminal() -> None:
-    """WatchError unless the viewer can draw: a terminal on stdin and stderr (where Textual's
-    Linux driver reads keys and writes the screen), or a driver named by TEXTUAL_DRIVER (the
-    web driver of `textual serve` speaks over pipes and needs none)."""
-    driver = os.environ.get("TEXTUAL_DRIVER")  # what textual.constants.DRIVER reads
-    if driver and not driver.startswith(("textual.drivers.linux", "textual.drivers.windows")):
-        return
-    streams = {"stdin": sys.__stdin__, "stderr": sys.__stderr__}
-    missing = [name for name, f in streams.items() if f is None or not f.isatty()]
-    if missing:
+    """WatchError unless the viewer can draw (`stdio.can_draw_ui`, the check every command
+    makes): a terminal on stdin and stderr (where Textual's Linux driver reads keys and
+    writes the screen) with a usable TERM, or a driver named by TEXTUAL_DRIVER (the web
+    driver of `textual serve` speaks over pipes and needs none)."""
+    from tuitrain.stdio import can_draw_ui
+
+    if why := can_draw_ui(stdout=False):
         raise WatchError(
-            f"the viewer needs a terminal to draw on ({' and '.join(missing)} "
-            f"{'is' if len(missing) == 1 else 'are'} not a TTY); run it in a terminal, "
-            'serve it to a browser with textual serve --command "tuitrain watch RUN_DIR", '
-            "or read RUN_DIR/metrics.jsonl directly."
-        )
-    term = os.environ.get("TERM", "")
-    if term in ("", "dumb", "unknown"):
-        raise WatchError(
-            f"the viewer cannot draw on TERM={term or '(unset)'}; set TERM (e.g. "
-            "xterm-256color) in a real terminal, or read RUN_DIR/metrics.jsonl directly "
+            f"the viewer cannot draw here: {why}; it needs a terminal to draw on (TERM set, "
+            "e.g. xterm-256color): run it in one, serve it to a browser with textual serve "
+            '--command "tuitrain watch RUN_DIR", or read RUN_DIR/metrics.jsonl directly '
             "(tuitrain export RUN_DIR --format csv)."
         )
-
-
-def has_run_files(folder: Path) -> bool:
-    return folder.is_dir() and any((folder / name).exists() for name in RUN_FILES)
 
 
 def looks_like_a_record(first_line: bytes) -> bool:
