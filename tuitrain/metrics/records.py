@@ -5,6 +5,13 @@ import it.
 Every record is one JSON object, `"type"` first: `header`, `train`, `eval`, `event`, `end`.
 A field that does not apply is None (null), never a fake number. README.md ("The metric
 contract") says what each field means.
+
+This module owns every record type: each one is built here (`header_record`,
+`train_record`, `script_train_record`, `eval_record`, `event_record`, `alert_event`,
+`end_record`) and every later change to a built record goes through a function of it
+(`add_telemetry`, `merge_ranks`, `tagged`, `amended_end`). A builder given a field outside
+the lists declared here raises ValueError: a programming error, which the tests catch. No
+other module writes a `"type"` (tests/metrics/test_contract_writers.py checks the source).
 """
 
 from __future__ import annotations
@@ -12,10 +19,61 @@ from __future__ import annotations
 import math
 import numbers
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 Record = Mapping[str, Any]
+
+
+def _refuse(kind: str, unknown: set[Any]) -> None:
+    """A builder was given fields the contract does not declare: the writer's bug."""
+    if unknown:
+        raise ValueError(f"{kind} record fields outside the contract: {sorted(map(str, unknown))}")
+
+
+# --------------------------------------------------------------------------- headers
+
+# The engine's header, in the order it writes it (`tuitrain.engine.runner.engine_header`).
+ENGINE_HEADER_FIELDS = (
+    "type",
+    "preset",
+    "config",
+    "device",
+    "device_name",
+    "precision",
+    "tf32",
+    "compile",
+    "world_size",
+    "torch",
+    "tuitrain",
+    "python",
+    "time",
+    "data",
+    "train_samples",
+    "val_samples",
+    "params",
+    "global_batch",
+    "steps_per_epoch",
+    "total_steps",
+    "run_dir",
+    "device_memory_bytes",
+    "flops_per_sample",
+    "peak_tflops",
+    "peak_source",
+    "task",
+)
+# What a script's header adds (the logging client's, and `tuitrain run`'s when a script left
+# none): where it ran and how it was started.
+CLIENT_HEADER_FIELDS = ("hostname", "argv", "client")
+HEADER_FIELDS = (*ENGINE_HEADER_FIELDS, *CLIENT_HEADER_FIELDS)
+
+
+def header_record(**fields: Any) -> dict[str, Any]:
+    """The `header` record: `"type"` first, then `fields` in the writer's order (the engine
+    writes every ENGINE_HEADER_FIELDS field in that order; a script's header has fewer)."""
+    _refuse("header", set(fields) - set(HEADER_FIELDS[1:]))
+    return {"type": "header", **fields}
+
 
 # --------------------------------------------------------------------------- train records
 
@@ -93,14 +151,22 @@ def train_record(
     skipped_steps: int | None,
     grad_norm: float | None,
     monitor: Mapping[str, int | float | None] | None = None,
+    tokens_per_s: float | None = None,
+    metrics: Mapping[str, float | None] | None = None,
+    busy_s: float | None = None,
 ) -> dict[str, Any]:
     """A train record with every field of TRAIN_FIELDS, in that order (`monitor`: the
-    MONITOR_FIELDS, each null when absent)."""
+    MONITOR_FIELDS, each null when absent); then `tokens_per_s` (a task that counts tokens),
+    the task's own train `metrics` (names from `user_field`, never a contract field) and
+    `busy_s` (DDP: this rank's own work per step, which `merge_ranks` turns into
+    `rank_busy_s`), each only when given."""
     monitor = monitor or {}
+    metrics = metrics or {}
     unknown = (set(telemetry) - set(TELEMETRY_FIELDS)) | (set(monitor) - set(MONITOR_FIELDS))
     if unknown:
         raise ValueError(f"telemetry or monitor fields outside the contract: {sorted(unknown)}")
-    return {
+    _refuse("train", {n for n in metrics if not isinstance(n, str) or n in CONTRACT_FIELDS})
+    record = {
         "type": "train",
         "step": step,
         "epoch": round(epoch, 4),
@@ -117,6 +183,12 @@ def train_record(
         "grad_norm": grad_norm,
         **{name: monitor.get(name) for name in MONITOR_FIELDS},
     }
+    if tokens_per_s is not None:
+        record["tokens_per_s"] = tokens_per_s
+    record.update(metrics)
+    if busy_s is not None:
+        record["busy_s"] = busy_s
+    return record
 
 
 # Fields a train record may hold beside TRAIN_FIELDS: the per-rank lists (DDP) and
@@ -129,9 +201,7 @@ TRAIN_EXTRA_FIELDS = ("rank_step_time_s", "rank_busy_s", "tokens_per_s", "droppe
 # task metric of one of these names never becomes that field: it is kept under
 # `user_field(name)` (`user/<name>`), so `{"type": 3}` or nanoGPT's `mfu` (in percent) can
 # neither hide a record nor replace the engine's measurement.
-CONTRACT_FIELDS = frozenset(
-    {*TRAIN_FIELDS, *TRAIN_EXTRA_FIELDS, "busy_s", "time", "rank"}
-)
+CONTRACT_FIELDS = frozenset({*TRAIN_FIELDS, *TRAIN_EXTRA_FIELDS, "busy_s", "time", "rank"})
 USER_PREFIX = "user/"
 
 
@@ -139,6 +209,124 @@ def user_field(name: str) -> str:
     """The record field a user's metric `name` is written under: itself, or `user/<name>`
     when the contract has a field of that name."""
     return USER_PREFIX + name if name in CONTRACT_FIELDS else name
+
+
+# The contract fields a script's train record can hold (the logging client's): what the
+# script logged under a known name, the step time the client measures between rows, and the
+# telemetry it samples at a flush. Every other field is the script's own, via `user_field`.
+SCRIPT_TRAIN_FIELDS = ("epoch", "loss", "lr", "grad_norm")
+
+
+def script_train_record(
+    step: int, values: Mapping[str, float | None], step_time_s: float | None = None
+) -> dict[str, Any]:
+    """A script's train record: type, step, then `epoch` and `loss` when logged, the
+    measured `step_time_s` when known, then the rest of `values` (`lr`, `grad_norm` and
+    the script's own metrics, already named by `user_field`) in the order they were logged."""
+    _refuse(
+        "script train",
+        {
+            k
+            for k in values
+            if not isinstance(k, str) or (k in CONTRACT_FIELDS and k not in SCRIPT_TRAIN_FIELDS)
+        },
+    )
+    record: dict[str, Any] = {"type": "train", "step": step}
+    for name in ("epoch", "loss"):
+        if name in values:
+            record[name] = values[name]
+    if step_time_s is not None:
+        record["step_time_s"] = step_time_s
+    record.update((k, v) for k, v in values.items() if k not in ("epoch", "loss"))
+    return record
+
+
+def add_telemetry(record: dict[str, Any], telemetry: Mapping[str, Any]) -> None:
+    """What the client samples at a flush (host RSS, allocator, NVML: TELEMETRY_FIELDS),
+    added to its newest train record."""
+    _refuse("telemetry", set(telemetry) - set(TELEMETRY_FIELDS))
+    record.update(telemetry)
+
+
+def rank_merge_fields(
+    record: Mapping[str, Any], metric_names: Sequence[str] = ()
+) -> dict[str, str]:
+    """What DDP gathers from every rank, in the order of the gathered vector, and how each
+    becomes rank 0's figure: RANK_MERGE, the task's own train metrics (mean over ranks) and
+    tokens/s (a sum)."""
+    merge = dict(RANK_MERGE)
+    for key in metric_names:
+        merge[key] = "mean"
+    if "tokens_per_s" in record:
+        merge["tokens_per_s"] = "sum"
+    return merge
+
+
+def merge_ranks(
+    record: dict[str, Any],
+    columns: Mapping[str, Sequence[float]],
+    reduce: Callable[[str, str], float] | None = None,
+) -> None:
+    """Rank 0's train record made the run's: each field of `columns` (one value per rank,
+    NaN for a rank without it; from `rank_merge_fields`) merged as RANK_MERGE says (a field
+    this rank has as null stays null), the loss null when any rank's is not finite,
+    `rank_step_time_s` (and `rank_busy_s`, replacing `busy_s`, when gathered) appended and
+    `step_time_s` the slowest rank's. `reduce(field, how)` gives a merged value (the engine
+    reduces its gathered tensor); without it, Python's sum/mean/max of the column."""
+
+    def python_reduce(key: str, how: str) -> float:
+        column = [float(v) for v in columns[key]]
+        if how == "sum":
+            return math.fsum(column)
+        if how == "mean":
+            return math.fsum(column) / len(column)
+        return max(column)
+
+    _refuse("rank-merged train", set(columns) - set(record) - {"busy_s"})
+    reduce = reduce or python_reduce
+    how_of = {k: RANK_MERGE.get(k, "mean") for k in columns}
+    if "tokens_per_s" in columns:
+        how_of["tokens_per_s"] = "sum"
+    for key, how in how_of.items():
+        if key in ("step_time_s", "busy_s") or record.get(key) is None:
+            continue
+        if how in ("sum", "mean"):
+            record[key] = float(reduce(key, how))
+        elif how == "max":
+            value = reduce(key, how)
+            whole = key.endswith("_bytes") or key == "host_syncs"
+            record[key] = int(value) if whole else float(value)
+    finite = all(math.isfinite(float(v)) for v in columns.get("loss", ()))
+    if record.get("loss") is not None and not finite:
+        record["loss"] = None  # any rank's NaN is everyone's NaN
+    record["rank_step_time_s"] = [float(v) for v in columns["step_time_s"]]
+    if "busy_s" in columns:
+        record["rank_busy_s"] = [float(v) for v in columns["busy_s"]]  # data wait + forward
+        record.pop("busy_s", None)
+    record["step_time_s"] = float(reduce("step_time_s", "max"))
+
+
+# --------------------------------------------------------------------------- eval records
+
+# An eval record: these, then one `val_<name>` field per validation metric of the task (or
+# of the script), in the order measured. A script's eval record has no epoch.
+EVAL_FIELDS = ("type", "step", "epoch")
+EVAL_PREFIX = "val_"
+
+
+def eval_record(
+    step: int, metrics: Mapping[str, float | None], epoch: float | None = None
+) -> dict[str, Any]:
+    """An `eval` record: type, step, epoch (rounded as a train record's; left out when
+    None), then `val_<name>` for each of `metrics` (a non-finite value is null)."""
+    _refuse("eval", {n for n in metrics if not isinstance(n, str) or not n})
+    record: dict[str, Any] = {"type": "eval", "step": step}
+    if epoch is not None:
+        record["epoch"] = round(epoch, 4)
+    for name, value in metrics.items():
+        finite = value is not None and math.isfinite(value)
+        record[EVAL_PREFIX + name] = value if finite else None
+    return record
 
 
 # --------------------------------------------------------------------------- limits
@@ -263,16 +451,98 @@ def format_metric(value: float | None, fmt: str = "float") -> str:
 # --------------------------------------------------------------------------- events, end
 
 
+# An event record: these, then the fields of its kind (a checkpoint's path, an alert's
+# figures ...), which may not take these names.
+EVENT_FIELDS = ("type", "level", "message", "kind")
+# An alert event (`kind` "alert"): these after EVENT_FIELDS, then the alert's figures.
+ALERT_FIELDS = ("alert", "action", "step")
+
+
 def event_record(
     message: str, level: str = "info", kind: str | None = None, **extra: Any
 ) -> dict[str, Any]:
     """An `event` record: `level` info/warning/error, a `kind` tools can filter on."""
+    _refuse("event", set(extra) & set(EVENT_FIELDS))
     return {"type": "event", "level": level, "message": message, "kind": kind, **extra}
 
 
-def end_record(status: str, reason: str, step: int, **totals: Any) -> dict[str, Any]:
-    """The `end` record: completed/stopped/failed, why, the last step, and totals."""
-    return {"type": "end", "status": status, "reason": reason, "step": step, **totals}
+def alert_event(
+    name: str, action: str, message: str, step: int | None, *, outcome: str = "", **figures: Any
+) -> dict[str, Any]:
+    """The event of an alert rule (the engine's and a script's alike, and what the on_alert
+    command reads): "alert NAME: MESSAGE (OUTCOME)", its action, the step, its figures."""
+    _refuse("alert event", set(figures) & {*EVENT_FIELDS, *ALERT_FIELDS})
+    return event_record(
+        f"alert {name}: {message}" + (f" ({outcome})" if outcome else ""),
+        level="warning",
+        kind="alert",
+        alert=name,
+        action=action,
+        step=step,
+        **figures,
+    )
+
+
+def script_alert_event(message: str, level: str = "warning") -> dict[str, Any]:
+    """A script's own `run.alert(...)` (wandb's): an alert event named "script"."""
+    return event_record(message, level=level, kind="alert", alert="script")
+
+
+# The end record: these, then its totals (those of END_TOTALS that the writer knows, and
+# the last evaluation's `val_<name>` metrics).
+END_FIELDS = ("type", "status", "reason", "step")
+END_TOTALS = (
+    "samples",
+    "elapsed_s",
+    "mean_samples_per_s",
+    "val_acc",
+    "val_loss",
+    "weights_digest",
+    "exit_code",
+    "dropped_rows",
+    "dropped_values",
+    "summary",
+    "ui_failed",
+)
+
+
+def _refuse_totals(totals: Mapping[str, Any]) -> None:
+    _refuse("end", {k for k in totals if k not in END_TOTALS and not k.startswith(EVAL_PREFIX)})
+
+
+def end_record(
+    status: str,
+    reason: str,
+    step: int,
+    *,
+    carried: Mapping[str, Any] | None = None,
+    **totals: Any,
+) -> dict[str, Any]:
+    """The `end` record: completed/stopped/failed, why, the last step, and totals.
+    `carried`: the fields of an end record read back (another writer's: not checked) that
+    this one repeats, in their order; `totals` (checked) replace or follow them."""
+    _refuse_totals(totals)
+    record: dict[str, Any] = {"type": "end", "status": status, "reason": reason, "step": step}
+    record.update((k, v) for k, v in (carried or {}).items() if k not in END_FIELDS)
+    record.update(totals)
+    return record
+
+
+def amended_end(record: Mapping[str, Any], reason: str, **totals: Any) -> dict[str, Any]:
+    """A copy of an end record with another reason and more totals (the host's: the
+    dashboard failed during the run)."""
+    _refuse_totals(totals)
+    return {**record, "reason": reason, **totals}
+
+
+# Fields `tuitrain parity` adds to each record of its two runs (and of the early check).
+RUN_TAG_FIELDS = ("run", "early")
+
+
+def tagged(record: Mapping[str, Any], run: str, early: bool = False) -> dict[str, Any]:
+    """A copy of `record` tagged with the parity run it belongs to (`early`: the early
+    check's)."""
+    return {**record, "run": run, **({"early": True} if early else {})}
 
 
 # --------------------------------------------------------------------------- verdicts
