@@ -75,4 +75,4 @@ def test_watch_refuses_term_dumb(tmp_path: Path) -> None:
         output += chunk
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 2, output
-    assert b"cannot draw on TERM=dumb" in output and b"\x1b[" not in output
+    assert b"TERM=dumb cannot draw" in output and b"\x1b[" not in output

@@ -15,16 +15,15 @@ bench/watch_open.py).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import BinaryIO, cast
 
-from tuitrain.metrics.records import clean_record, valid_step
+from tuitrain.metrics.runfile import metrics_path, parse_line, step_in_range  # noqa: F401
 from tuitrain.metrics.store import MetricStore
 from tuitrain.safefile import NotRegular, open_regular
 
@@ -37,23 +36,7 @@ NON_TRAIN_LINE = re.compile(rb'\n(?!\{"type": "train")([^\n]*)')  # the line aft
 CHUNK_BYTES = 8 << 20  # read at most this much at once: memory stays bounded on huge files
 
 
-def _parse(line: bytes) -> dict[str, Any] | None:
-    try:
-        rec = json.loads(line)
-    except ValueError:
-        return None  # a torn or garbled line: skip it
-    except RecursionError:
-        return None  # nested deeper than json can read
-    if not isinstance(rec, dict) or not step_in_range(rec):
-        return None  # a step outside the contract's range: no x axis can hold it
-    return clean_record(rec)
-
-
-def step_in_range(rec: dict[str, Any]) -> bool:
-    """False for a train or eval record whose step is there but outside the contract's
-    range (0..STEP_MAX, an integer); a record without a step keeps its meaning."""
-    step = rec.get("step")
-    return rec.get("type") not in ("train", "eval") or step is None or valid_step(step)
+_parse = parse_line  # runfile's: the same cleaning and limits as every reader's
 
 
 class JsonlFollower:
@@ -250,6 +233,5 @@ def _last_train_lines(regions: list[tuple[int, bytes, int]], count: int) -> tupl
 
 
 def resolve_metrics_path(target: str | Path) -> Path:
-    """A run dir or a metrics.jsonl path -> the metrics file (rank 0's for a DDP run)."""
-    path = Path(target).expanduser()
-    return path / "metrics.jsonl" if path.is_dir() or not path.suffix else path
+    """A run dir or a metrics.jsonl path -> the metrics file: runfile's `metrics_path`."""
+    return metrics_path(target)

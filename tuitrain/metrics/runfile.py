@@ -140,9 +140,10 @@ def step_in_range(rec: Mapping[str, Any]) -> bool:
     return rec.get("type") not in ("train", "eval") or step is None or valid_step(step)
 
 
-def classify_line(line: bytes) -> tuple[dict[str, Any] | None, str]:
+def classify_line(line: bytes, clean: bool = True) -> tuple[dict[str, Any] | None, str]:
     """(record, "") for a line that holds one, else (None, why): "blank", "too-long",
-    "bad" (not JSON, not an object, no text type) or "off-range" (a step no axis holds)."""
+    "bad" (not JSON, not an object, no text type) or "off-range" (a step no axis holds).
+    `clean=False` (a writer's round trip) keeps every field as written."""
     if len(line) > MAX_LINE_BYTES:
         return None, "too-long"
     if not line.strip():
@@ -155,6 +156,8 @@ def classify_line(line: bytes) -> tuple[dict[str, Any] | None, str]:
         return None, "bad"
     if not step_in_range(raw):
         return None, "off-range"
+    if not clean:
+        return (raw, "") if isinstance(raw.get("type"), str) else (None, "bad")
     rec = clean_record(raw)
     return (rec, "") if rec is not None else (None, "bad")
 
@@ -169,14 +172,14 @@ def parse_lines(data: bytes) -> list[dict[str, Any]]:
     return [rec for line in data.split(b"\n") if (rec := parse_line(line)) is not None]
 
 
-def read_records(path: str | Path) -> Iterator[dict[str, Any]]:
+def read_records(path: str | Path, clean: bool = True) -> Iterator[dict[str, Any]]:
     """Every record of a metrics file, one line at a time (memory stays flat); a special
     file is refused (NotRegular); a last line without its newline is left out."""
     with open_regular(path, "rb") as f:
         for line in f:
             if not line.endswith(b"\n"):
                 return  # still being written, or cut
-            if (rec := parse_line(line[:-1])) is not None:
+            if (rec := classify_line(line[:-1], clean)[0]) is not None:
                 yield rec
 
 

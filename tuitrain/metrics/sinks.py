@@ -36,7 +36,7 @@ from tuitrain.metrics.records import (
     clean_record,
 )
 from tuitrain.metrics.store import MetricStore
-from tuitrain.safefile import open_nofollow, open_regular
+from tuitrain.safefile import open_nofollow
 from tuitrain.text import strip_controls
 
 __all__ = [
@@ -314,21 +314,12 @@ class JsonlSink(Sink):
 
 
 def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Yield each JSON object of a JSONL file, skipping blank, invalid or non-object lines.
+    """Yield each record of a metrics file as JsonlSink wrote it: runfile's reader (blank,
+    invalid and non-record lines and lines over the limit skipped, a last line without its
+    newline left out), its fields uncleaned (a writer's round trip)."""
+    from tuitrain.metrics.runfile import read_records
 
-    A truncated last line (the writer was killed, or is still writing) is skipped.
-    """
-    with open_regular(path, "r", encoding="utf-8", errors="replace") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                yield obj
+    yield from read_records(path, clean=False)
 
 
 class ConsoleSink(Sink):
