@@ -67,12 +67,19 @@ import tuitrain
 from tuitrain.errors import UserError
 from tuitrain.metrics.alerts import AlertRules
 from tuitrain.metrics.records import (
+    EVAL_PREFIX,
     MAX_HEADER_BYTES,
     MAX_RECORD_BYTES,
     STEP_MAX,
+    add_telemetry,
+    alert_event,
     end_record,
+    eval_record,
     event_record,
+    header_record,
     plain_number,
+    script_alert_event,
+    script_train_record,
     user_field,
     valid_step,
 )
@@ -333,8 +340,7 @@ class Run:
         """wandb's `run.alert`: an event in the run (the dashboard's banner shows it)."""
         if self.finished or _forks != self._forks:
             return
-        self._emit([event_record(f"{title}: {text}" if text else title, level=level.lower(),
-                                 kind="alert", alert="script")])  # fmt: skip
+        self._emit([script_alert_event(f"{title}: {text}" if text else title, level.lower())])
 
     def finish(self, exit_code: int | None = None, *, status: str | None = None,
                reason: str | None = None) -> None:  # fmt: skip
@@ -502,11 +508,10 @@ class Run:
                     for alert in self.rules.judge(record):
                         self._act(alert)
                         self.sink.write(
-                            event_record(
-                                f"alert {alert.name}: {alert.message}"
-                                + (" (run.should_stop is set)" if alert.action == "stop" else ""),
-                                level="warning", kind="alert", alert=alert.name,
-                                action=alert.action, step=record.get("step"), **alert.figures,
+                            alert_event(
+                                alert.name, alert.action, alert.message, record.get("step"),
+                                outcome="run.should_stop is set" if alert.action == "stop" else "",
+                                **alert.figures,
                             )
                         )  # fmt: skip
 
@@ -519,13 +524,14 @@ class Run:
     ) -> list[dict[str, Any]]:
         """Train and eval records from resolved rows (step, time, {key: float})."""
         out: list[dict[str, Any]] = []
+        newest: dict[str, Any] | None = None  # the last train record: the telemetry's
         for step, at, values in rows:
             train: dict[str, Any] = {}
             val: dict[str, Any] = {}
             for key, value in values.items():
                 name = eval_name(key)
                 if name is not None:
-                    val[name] = value
+                    val[name.removeprefix(EVAL_PREFIX)] = value
                 elif key in LOSS_KEYS:
                     train["loss"] = value
                 elif key in LR_KEYS:
@@ -538,24 +544,19 @@ class Run:
                     train[user_field(key)] = value
                 self.summary[key] = value
             if train:
-                record: dict[str, Any] = {"type": "train", "step": step}
-                if "epoch" in train:
-                    record["epoch"] = train.pop("epoch")
-                if "loss" in train:
-                    record["loss"] = train.pop("loss")
+                step_time_s = None
                 if self._last_row is not None and step > self._last_row[0]:
-                    record["step_time_s"] = (at - self._last_row[1]) / (step - self._last_row[0])
+                    step_time_s = (at - self._last_row[1]) / (step - self._last_row[0])
                 self._last_row = (step, at)
-                record.update(train)
-                out.append(record)
+                newest = script_train_record(step, train, step_time_s)
+                out.append(newest)
             if val:
-                out.append({"type": "eval", "step": step, **val})
+                out.append(eval_record(step, val))
             self.last_step = step if self.last_step is None else max(self.last_step, step)
-        trains = [r for r in out if r["type"] == "train"]
-        if trains and self._telemetry is not None:
+        if newest is not None and self._telemetry is not None:
             with contextlib.suppress(Exception):
-                for key, value in self._telemetry.read().items():
-                    trains[-1][key] = value  # the client's measurement (a user's is user/...)
+                # the client's measurement (a user's is user/...)
+                add_telemetry(newest, self._telemetry.read())
         return out
 
     def say_once(self, what: str) -> None:
@@ -578,31 +579,32 @@ class Run:
         if torch is not None and torch.cuda.is_available():
             device = f"cuda:{torch.cuda.current_device()}"
             name = torch.cuda.get_device_name()
-        header = {
-            "type": "header",
-            "preset": self.name,
-            "config": {"script": dict(self.config)},
-            "device": device,
-            "device_name": name,
-            "precision": None,
-            "compile": None,
-            "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1),
-            "torch": getattr(torch, "__version__", None),
-            "tuitrain": tuitrain.__version__,
-            "python": platform.python_version(),
-            "time": datetime.now(UTC).isoformat(timespec="seconds"),
-            "run_dir": str(self.dir),
-            "hostname": socket.gethostname(),
-            "argv": list(sys.argv),
-            "client": True,
-            "task": SCRIPT_TASK,
-        }
+        fields: dict[str, Any] = dict(
+            preset=self.name,
+            config={"script": dict(self.config)},
+            device=device,
+            device_name=name,
+            precision=None,
+            compile=None,
+            world_size=int(os.environ.get("WORLD_SIZE", "1") or 1),
+            torch=getattr(torch, "__version__", None),
+            tuitrain=tuitrain.__version__,
+            python=platform.python_version(),
+            time=datetime.now(UTC).isoformat(timespec="seconds"),
+            run_dir=str(self.dir),
+            hostname=socket.gethostname(),
+            argv=list(sys.argv),
+            client=True,
+            task=SCRIPT_TASK,
+        )
+        header = header_record(**fields)
         if len(json.dumps(header, default=str)) > MAX_HEADER_BYTES - 4096:
             # the config is too big for the header line every reader reads: it goes whole to
             # config.json, the header keeps a note (and the first 64 argv words)
             where = self._config_file()
-            header["config"] = {"script": {"config_file": where}}
-            header["argv"] = [str(a)[:4096] for a in sys.argv[:64]]
+            fields["config"] = {"script": {"config_file": where}}
+            fields["argv"] = [str(a)[:4096] for a in sys.argv[:64]]
+            header = header_record(**fields)
         with self._write:
             self.sink.write(header)
 

@@ -30,7 +30,7 @@ from tuitrain.config import Config
 from tuitrain.engine.control import Control
 from tuitrain.engine.rundir import RunDirLock, prepare_run_dir, write_resolved_config
 from tuitrain.errors import EXIT_FAILED
-from tuitrain.metrics.records import Record, end_record, event_record
+from tuitrain.metrics.records import Record, amended_end, end_record, event_record
 from tuitrain.metrics.sinks import ConsoleSink, FanOutSink, JsonlSink, Sink, TimelineStoreSink
 from tuitrain.metrics.store import MetricStore
 from tuitrain.signals import SIGNAL_NAMES, early_signal, stop_if_orphaned, stop_run_on_signals
@@ -97,12 +97,11 @@ class _Failover(Sink):
     def write(self, record: Record) -> None:
         failure = self.host.ui_failure
         if failure is not None and record.get("type") == "end":
-            record = {
-                **record,
-                "reason": f"{record.get('reason')}; the dashboard failed and the run went on "
-                "headless",
-                "ui_failed": failure,
-            }
+            record = amended_end(
+                record,
+                f"{record.get('reason')}; the dashboard failed and the run went on headless",
+                ui_failed=failure,
+            )
         self.inner.write(record)
         for late in list(self.host.late_sinks):
             late.write(record)

@@ -526,18 +526,19 @@ def ensure_end(
     wrong = left_end and code != 0 and (last or {}).get("status") == "completed"
     if left_end and not wrong and not leftovers:
         return
+    from tuitrain.metrics.records import header_record
     from tuitrain.metrics.sinks import JsonlSink
 
     sink = JsonlSink(metrics)
     try:
         if last is None:  # the script never started a run
             sink.write(
-                {
-                    "type": "header", "preset": script_name(command), "config": {},
-                    "tuitrain": tuitrain.__version__, "client": True, "argv": list(command),
-                    "time": datetime.now(UTC).isoformat(timespec="seconds"),
-                    "task": {"name": "script", "primary": None, "metrics": []},
-                }
+                header_record(
+                    preset=script_name(command), config={},
+                    tuitrain=tuitrain.__version__, client=True, argv=list(command),
+                    time=datetime.now(UTC).isoformat(timespec="seconds"),
+                    task={"name": "script", "primary": None, "metrics": []},
+                )
             )  # fmt: skip
         if leftovers:
             sink.write(
@@ -556,11 +557,11 @@ def ensure_end(
             status, reason = "completed", "the script exited with code 0 without an end record"
         else:
             status, reason = "failed", f"the script exited with code {code}"
-        totals: dict[str, Any] = {}
+        carried: dict[str, Any] = {}  # the script's own end record: its totals, repeated
         if wrong:
             assert last is not None
             reason += ' after writing an end record that says "completed"'
-            totals = {k: v for k, v in last.items() if k not in ("type", "status", "reason")}
+            carried = last
         elif last is None:
             if elsewhere:
                 reason += (
@@ -572,9 +573,12 @@ def ensure_end(
                     "; it logged nothing to this run dir through tuitrain (call tuitrain.init "
                     "in it)"
                 )
-        totals.update(elapsed_s=round(elapsed, 3), exit_code=code)
-        totals.pop("step", None)
-        sink.write(end_record(status, reason, step if step is not None else 0, **totals))
+        sink.write(
+            end_record(
+                status, reason, step if step is not None else 0, carried=carried,
+                elapsed_s=round(elapsed, 3), exit_code=code,
+            )
+        )  # fmt: skip
     finally:
         sink.close()
 

@@ -19,7 +19,7 @@ from typing import Any
 from tuitrain.engine.control import Control
 from tuitrain.errors import EXIT_FAILED
 from tuitrain.metrics.alerts import Alert, AlertRules, nonfinite_metric
-from tuitrain.metrics.records import data_wait_verdict, event_record
+from tuitrain.metrics.records import alert_event, data_wait_verdict, event_record
 from tuitrain.metrics.sinks import Sink
 
 HOOK_OUTPUT_CHARS = 200  # of a failed hook's stderr, in its event
@@ -95,14 +95,8 @@ class Diagnostics:
         """The alert's event record, its action, and the on_alert command."""
         with self._lock:
             taken = self.act(alert)
-            record = event_record(
-                f"alert {alert.name}: {alert.message}" + (f" ({taken})" if taken else ""),
-                level="warning",
-                kind="alert",
-                alert=alert.name,
-                action=alert.action,
-                step=step,
-                **alert.figures,
+            record = alert_event(
+                alert.name, alert.action, alert.message, step, outcome=taken, **alert.figures
             )
             self.sink.write(record)
             if self.is_main and self.alerts.get("on_alert"):
@@ -180,27 +174,12 @@ class Diagnostics:
             {},
         )
         with self._lock:
-            self.sink.write(
-                event_record(
-                    f"alert {alert.name}: {alert.message} (the run stops)",
-                    level="warning",
-                    kind="alert",
-                    alert=alert.name,
-                    action=alert.action,
-                    step=step,
-                )
+            record = alert_event(
+                alert.name, alert.action, alert.message, step, outcome="the run stops"
             )
+            self.sink.write(record)
             if self.is_main and self.alerts.get("on_alert"):
-                self.run_hook(
-                    {
-                        "type": "event",
-                        "kind": "alert",
-                        "alert": alert.name,
-                        "step": step,
-                        "action": "stop",
-                        "message": alert.message,
-                    }  # fmt: skip
-                )
+                self.run_hook(dict(record))  # the on_alert command reads the record written
 
     def close(self) -> None:
         """Wait for on_alert commands still running (each has its own time limit)."""

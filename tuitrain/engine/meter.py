@@ -141,6 +141,10 @@ class IntervalMeter:
         telemetry = self.telemetry.read()
         grad_norm = float(self.grad_norm.item()) if self.grad_norm is not None else None
         monitor = self.monitor_fields(wall, synced)
+        micro = max(self._micro_batches, 1)
+        busy_s = None
+        if self.forward_clock is not None:  # this rank's own work per step, read after the sync
+            busy_s = (self.data_wait_s + self.forward_clock.read()) / max(self.steps, 1)
         record = train_record(
             step=step,
             epoch=epoch,
@@ -156,14 +160,14 @@ class IntervalMeter:
             skipped_steps=self.skipped_steps if self.precision.scaler is not None else None,
             grad_norm=grad_norm,
             monitor=monitor,
+            # this rank's; DDP sums across ranks
+            tokens_per_s=self.tokens / wall if self.count_tokens else None,
+            # already synced: host copies only
+            metrics={
+                name: float(total.item()) / micro for name, total in self._metric_sums.items()
+            },
+            busy_s=busy_s,
         )
-        if self.count_tokens:
-            record["tokens_per_s"] = self.tokens / wall  # this rank's; DDP sums across ranks
-        micro = max(self._micro_batches, 1)
-        for name, total in self._metric_sums.items():  # already synced: host copies only
-            record[name] = float(total.item()) / micro
-        if self.forward_clock is not None:  # this rank's own work per step, read after the sync
-            record["busy_s"] = (self.data_wait_s + self.forward_clock.read()) / max(self.steps, 1)
         self.last_loss = loss
         self.host_syncs = 0
         self.monitor_carry_s = 0.0

@@ -52,7 +52,7 @@ from tuitrain.engine.parity_report import (
 from tuitrain.engine.precision import resolve_precision
 from tuitrain.engine.runner import RunResult, run
 from tuitrain.errors import UserError
-from tuitrain.metrics.records import event_record, task_declaration
+from tuitrain.metrics.records import event_record, tagged, task_declaration
 from tuitrain.metrics.sinks import NullSink, Sink
 
 # --------------------------------------------------------------------------- configs
@@ -137,8 +137,7 @@ class RunRecorder(Sink):
             self.losses.append((int(record["step"]), float(record["loss"])))
         elif kind == "eval":
             self.evals.append(record)
-        tag: dict[str, Any] = {"run": self.run_name, **({"early": True} if self.early else {})}
-        self.sink.write({**record, **tag})
+        self.sink.write(tagged(record, self.run_name, self.early))
         if self.stop_after and kind == "train" and record["step"] >= self.stop_after:
             assert self.control is not None
             self.control.request_stop("early check done")

@@ -28,7 +28,7 @@ from tuitrain.engine.factory import is_memory_error
 from tuitrain.engine.setup import DistInfo, RunParts, build_parts
 from tuitrain.engine.trainer import Trainer
 from tuitrain.errors import EXIT_FAILED, EXIT_OK, TrainingError, UserError
-from tuitrain.metrics.records import end_record, event_record
+from tuitrain.metrics.records import end_record, event_record, header_record
 from tuitrain.metrics.sinks import Sink
 
 __all__ = ["RunResult", "run"]
@@ -54,45 +54,45 @@ class RunResult:
     task_info: dict[str, Any] = field(default_factory=dict)
 
 
-def header_record(
+def engine_header(
     cfg: Config, parts: RunParts, dist: DistInfo, run_dir: Path | None
 ) -> dict[str, Any]:
+    """The engine's header record: every field of ENGINE_HEADER_FIELDS, in that order."""
     n_params = sum(t.numel() for t in parts.model.parameters())
-    return {
-        "type": "header",
-        "preset": cfg.name,
-        "config": cfg.to_dict(),
-        "device": str(parts.device),
-        "device_name": device_name(parts.device),
-        "precision": parts.precision.name,
+    return header_record(
+        preset=cfg.name,
+        config=cfg.to_dict(),
+        device=str(parts.device),
+        device_name=device_name(parts.device),
+        precision=parts.precision.name,
         # fp32 matmuls/convolutions as TF32 (Ampere+ CUDA with train.tf32): not full fp32
-        "tf32": tf32_active(parts.device),
-        "compile": parts.compiled,
-        "world_size": dist.world_size,
-        "torch": torch.__version__,
-        "tuitrain": tuitrain.__version__,
-        "python": platform.python_version(),
-        "time": datetime.now(UTC).isoformat(timespec="seconds"),
-        "data": parts.data.description,
-        "train_samples": parts.data.train.num_samples,  # per epoch, on this rank
-        "val_samples": parts.data.val.num_samples,
-        "params": n_params,
-        "global_batch": cfg.data.batch_size * cfg.optim.grad_accum * dist.world_size,
-        "steps_per_epoch": parts.steps_per_epoch,
-        "total_steps": parts.total_steps,
-        "run_dir": str(run_dir) if run_dir else None,
-        "device_memory_bytes": (
+        tf32=tf32_active(parts.device),
+        compile=parts.compiled,
+        world_size=dist.world_size,
+        torch=torch.__version__,
+        tuitrain=tuitrain.__version__,
+        python=platform.python_version(),
+        time=datetime.now(UTC).isoformat(timespec="seconds"),
+        data=parts.data.description,
+        train_samples=parts.data.train.num_samples,  # per epoch, on this rank
+        val_samples=parts.data.val.num_samples,
+        params=n_params,
+        global_batch=cfg.data.batch_size * cfg.optim.grad_accum * dist.world_size,
+        steps_per_epoch=parts.steps_per_epoch,
+        total_steps=parts.total_steps,
+        run_dir=str(run_dir) if run_dir else None,
+        device_memory_bytes=(
             torch.cuda.get_device_properties(parts.device).total_memory
             if parts.device.type == "cuda"
             else None
         ),
         # forward + backward FLOPs per sample (FlopCounterMode, once); the peak MFU divides by
-        "flops_per_sample": parts.flops_per_sample,
-        "peak_tflops": parts.peak.tflops,
-        "peak_source": parts.peak.source,
+        flops_per_sample=parts.flops_per_sample,
+        peak_tflops=parts.peak.tflops,
+        peak_source=parts.peak.source,
         # what is trained: the primary metric, its mode, every metric's goal and format
-        "task": parts.task_info,
-    }
+        task=parts.task_info,
+    )
 
 
 def gpu_preset_warning(cfg: Config, parts: RunParts) -> tuple[str, str]:
@@ -128,7 +128,7 @@ def run(
     try:
         control.state = "starting"
         parts = build_parts(cfg, dist)
-        sink.write(header_record(cfg, parts, dist, run_dir))
+        sink.write(engine_header(cfg, parts, dist, run_dir))
         if slow := parts.precision.start_warning():
             message, hint = slow
             sink.write(
@@ -201,9 +201,8 @@ def run(
         task_info=trainer.parts.task_info,
     )
     with control.critical():  # a second signal lets the end record be written, whole
-        end = run_end_record(result, trainer, started)
-        end["weights_digest"] = weights_digest(trainer.parts.model)
-        sink.write(end)
+        digest = weights_digest(trainer.parts.model)
+        sink.write(run_end_record(result, trainer, started, weights_digest=digest))
         sink.flush()
     return result
 
@@ -346,7 +345,11 @@ def release(trainer: Trainer | None) -> None:
         torch.cuda.empty_cache()
 
 
-def run_end_record(result: RunResult, trainer: Trainer | None, started: float) -> dict[str, Any]:
+def run_end_record(
+    result: RunResult, trainer: Trainer | None, started: float, weights_digest: str | None = None
+) -> dict[str, Any]:
+    """The engine's end record; `weights_digest` (last) when the run trained to its end."""
+    digest = {"weights_digest": weights_digest} if weights_digest is not None else {}
     return end_record(
         result.status,
         result.reason,
@@ -361,6 +364,7 @@ def run_end_record(result: RunResult, trainer: Trainer | None, started: float) -
             for k, v in getattr(trainer, "val_metrics", {}).items()
             if k not in ("val_acc", "val_loss")
         },
+        **digest,
     )
 
 
