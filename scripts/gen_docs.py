@@ -72,7 +72,13 @@ def cli_reference() -> str:
     for name, parser in parsers():
         out.append(f"\n## `{name}`\n")
         if parser.description:
-            out.append(cell(parser.description) + "\n")
+            text, _, listed = parser.description.partition("\n  ")  # a list of commands
+            out.append(cell(text) + "\n")
+            for line in ("  " + listed).splitlines() if listed else []:
+                verb, _, what = line.strip().partition("  ")
+                out.append(f"- `{verb}`: {cell(what.strip())}")
+            if listed:
+                out.append("")
         out.append("\n| flag | what | default |\n|---|---|---|")
         for action in parser._actions:  # noqa: SLF001 - argparse keeps them here only
             if isinstance(action, argparse._HelpAction):  # noqa: SLF001

@@ -44,13 +44,28 @@ EXIT_CODES_HELP = (
 )
 
 
+# The commands besides training: verb -> (the module whose main(argv) runs it, one line for
+# --help). A new command is one module and one line here.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "watch": ("tuitrain.watch", "attach to a run dir, or compare 2 to 8 runs"),
+    "run": ("tuitrain.script", "run your script (after --) and watch what it logs"),
+    "runs": ("tuitrain.runs", "the runs under a folder: a table, watch, compare"),
+    "parity": ("tuitrain.parity_cli", "fp32-vs-mixed-precision check"),
+    "export": ("tuitrain.export", "a run's records as CSV or TensorBoard"),
+    "gate": ("tuitrain.gate", "CI gate: a candidate run against a baseline"),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
+    width = max(map(len, COMMANDS))
+    listed = "\n".join(
+        f"  tuitrain {verb:<{width}}  {line} (tuitrain {verb} --help)"
+        for verb, (_, line) in COMMANDS.items()
+    )
     p = OneLineParser(
         prog="tuitrain",
         description="A terminal training monitor that hosts a real PyTorch run.\n"
-        "Also: `tuitrain parity --help` (fp32-vs-mixed check), "
-        "`tuitrain watch --help` (attach to a run dir), "
-        "`tuitrain export --help` (CSV, TensorBoard).",
+        f"Other commands:\n{listed}",
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -193,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _main(argv)
     except KeyboardInterrupt:  # Ctrl-C before the run's own handler is installed (imports)
         args = list(sys.argv[1:] if argv is None else argv)
-        if args[:1] in (["export"], ["watch"], ["parity"], ["run"], ["gate"], ["runs"]):
+        if args[:1] and args[0] in COMMANDS:
             say(f"tuitrain {args[0]}: stopped by SIGINT.")
         else:
             say("tuitrain: stopped by SIGINT before training started.")
@@ -232,30 +247,11 @@ def exit_rank(code: int) -> NoReturn:
 
 def _main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["parity"]:
-        from tuitrain.parity_cli import main as parity_main
+    if argv[:1] and argv[0] in COMMANDS:
+        import importlib
 
-        return parity_main(argv[1:])
-    if argv[:1] == ["export"]:
-        from tuitrain.export import main as export_main
-
-        return export_main(argv[1:])
-    if argv[:1] == ["runs"]:
-        from tuitrain.runs import main as runs_main
-
-        return runs_main(argv[1:])
-    if argv[:1] == ["gate"]:
-        from tuitrain.gate import main as gate_main
-
-        return gate_main(argv[1:])
-    if argv[:1] == ["run"]:
-        from tuitrain.script import main as script_main
-
-        return script_main(argv[1:])
-    if argv[:1] == ["watch"]:
-        from tuitrain.watch import main as watch_main
-
-        return watch_main(argv[1:])
+        command = importlib.import_module(COMMANDS[argv[0]][0])
+        return int(command.main(argv[1:]))
     args = build_parser().parse_args(argv)
     if args.list_presets:
         return list_presets()
