@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from tuitrain.engine.control import Control
 from tuitrain.engine.setup import DistInfo
-from tuitrain.metrics.records import RANK_MERGE
+from tuitrain.metrics.records import merge_ranks, rank_merge_fields
 
 # command vector slots, reduced with MAX across ranks
 _STOP, _PAUSE, _CHECKPOINT, _PROFILE = range(4)
@@ -85,37 +85,24 @@ def gather_metrics(
     metric_names: tuple[str, ...] = (),
 ) -> None:
     """One all-gather: global samples/s (sum), mean loss, largest memory, each rank's step
-    time and own work per step (data wait + forward, `rank_busy_s`: the straggler measure)."""
+    time and own work per step (data wait + forward, `rank_busy_s`: the straggler measure).
+    What each field becomes is the contract's (`rank_merge_fields`, `merge_ranks` in
+    metrics/records.py); the reductions run here, on the gathered float32 tensor."""
     if info.world_size == 1:
-        record["rank_step_time_s"] = [record["step_time_s"]]
+        merge_ranks(record, {"step_time_s": [record["step_time_s"]]})
         return
-    # what each field becomes: RANK_MERGE in metrics/records.py; the task's own train metrics
-    # are means over ranks, tokens/s a sum
-    merge = dict(RANK_MERGE)
-    for key in metric_names:
-        merge[key] = "mean"
-    if "tokens_per_s" in record:
-        merge["tokens_per_s"] = "sum"
-    fields = list(merge)
-    record.setdefault("busy_s", None)
-    values = [record[f] for f in fields]
+    fields = list(rank_merge_fields(record, metric_names))
+    values = [record.get(f) for f in fields]  # busy_s: None (NaN) where this rank has none
     local = torch.tensor([float("nan") if v is None else float(v) for v in values], device=device)
     gathered = [torch.empty_like(local) for _ in range(info.world_size)]
     dist.all_gather(gathered, local)  # sync point: one collective per log interval
     rows = torch.stack(gathered).cpu()
     col = {f: rows[:, i] for i, f in enumerate(fields)}
-    for key, how in merge.items():
-        if how == "sum" and record[key] is not None:
-            record[key] = float(col[key].sum())
-        elif how == "mean" and record[key] is not None:
-            record[key] = float(col[key].mean())
-        elif how == "max" and record[key] is not None and key != "step_time_s":
-            value = col[key].max()
-            whole = key.endswith("_bytes") or key == "host_syncs"
-            record[key] = int(value) if whole else float(value)
-    if record["loss"] is not None and not torch.isfinite(col["loss"]).all():
-        record["loss"] = None  # any rank's NaN is everyone's NaN
-    record["rank_step_time_s"] = [float(v) for v in col["step_time_s"]]
-    record["rank_busy_s"] = [float(v) for v in col["busy_s"]]  # data wait + forward per step
-    del record["busy_s"]
-    record["step_time_s"] = float(col["step_time_s"].max())
+
+    def reduce(key: str, how: str) -> float:
+        column = col[key]
+        if how == "sum":
+            return float(column.sum())
+        return float(column.mean() if how == "mean" else column.max())
+
+    merge_ranks(record, {f: c.tolist() for f, c in col.items()}, reduce)

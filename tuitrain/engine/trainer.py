@@ -36,7 +36,7 @@ from tuitrain.engine.task import (
     validation_values,
 )
 from tuitrain.errors import TrainingError
-from tuitrain.metrics.records import event_record
+from tuitrain.metrics.records import eval_record, event_record
 from tuitrain.metrics.sinks import Sink
 
 # The GradScaler skips optimizer.step() on overflow; the schedule still advances (on purpose:
@@ -395,17 +395,11 @@ class Trainer:
         totals = torch.stack([sums[n].float() for n in names]).tolist() if names else []
         means = [total / max(count, 1) for total in totals]
         self.meter.note_sync()  # sync point: once per evaluation
-        record: dict[str, Any] = {
-            "type": "eval",
-            "step": self.step,
-            "epoch": round(self.fractional_epoch(), 4),
-        }
-        nonfinite = []
-        for name, value in zip(names, means, strict=True):
-            key = eval_key(name)
-            if not math.isfinite(value):
-                nonfinite.append(key)
-            record[key] = value if math.isfinite(value) else None
+        # val_<name> per metric, a non-finite one null (and the nonfinite_metric alert)
+        record = eval_record(
+            self.step, dict(zip(names, means, strict=True)), self.fractional_epoch()
+        )
+        nonfinite = [eval_key(n) for n, v in zip(names, means, strict=True) if not math.isfinite(v)]
         self.val_metrics = {k: v for k, v in record.items() if k.startswith("val_")}
         self.val_loss = self.val_metrics.get("val_loss")
         self.val_acc = self.val_metrics.get("val_acc")
