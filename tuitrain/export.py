@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import json
 import math
 import os
 import signal
@@ -24,19 +23,25 @@ from typing import Any
 
 from tuitrain.engine.tensorboard import scalars, summary_writer
 from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError
-from tuitrain.metrics.follow import step_in_range
 from tuitrain.metrics.records import (
+    CLASSIFY_DECLARATION,
     TRAIN_FIELDS,
     Record,
-    clean_record,
     eval_metric_items,
     task_declaration,
     train_metric_items,
 )
+from tuitrain.metrics.runfile import RunTargetError, classify_line, run_target
 from tuitrain.safefile import open_nofollow, open_regular, regular_or_missing, replacing
 
 # CSV columns: one row per train or eval record, validation columns filled on eval rows.
-CSV_COLUMNS = ("type", *[f for f in TRAIN_FIELDS if f != "type"], "val_loss", "val_acc")
+# These are a classification run's (its declaration's validation metrics, records.
+# CLASSIFY_DECLARATION); another task's come from its header (csv_columns).
+CSV_COLUMNS = (
+    "type",
+    *[f for f in TRAIN_FIELDS if f != "type"],
+    *[m["name"] for m in CLASSIFY_DECLARATION["metrics"] if m["split"] == "val"],
+)
 
 
 class ExportError(UserError):
@@ -58,14 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def metrics_file(target: str) -> Path:
-    given = Path(target).expanduser()
-    if not given.exists():
-        raise ExportError(f"{target} does not exist; pass a run dir or its metrics.jsonl.")
-    path = given / "metrics.jsonl" if given.is_dir() else given
-    if given.is_dir() and not path.exists():
-        raise ExportError(
-            f"{target} is not a run dir (it has no metrics.jsonl); pass the --run-dir of a run."
-        )
+    """The metrics file of an existing run (runfile's rule), a regular file or missing."""
+    try:
+        path = run_target(target)
+    except RunTargetError as exc:
+        raise ExportError(str(exc)) from None
     regular_or_missing(path, "pass a run dir or its metrics.jsonl")
     return path
 
@@ -92,22 +94,14 @@ class Reading:
                 if not line.endswith(b"\n"):
                     self.torn = bool(line.strip())  # the last line, cut or still being written
                     break
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except (ValueError, RecursionError):  # not JSON or UTF-8, deep nesting
-                    self.bad.append(number)
-                    continue
-                if isinstance(record, dict) and not step_in_range(record):
+                record, why = classify_line(line[:-1])  # runfile's: every reader's rule
+                if why == "off-range":
                     self.off_range += 1  # no x axis can hold it (negative, past int64)
-                    continue
-                record = clean_record(record) if isinstance(record, dict) else None
-                if record is None:  # no record of the contract (no text "type")
-                    self.bad.append(number)
-                    continue
-                self.count += 1
-                yield record
+                elif why in ("bad", "too-long"):
+                    self.bad.append(number)  # not a record (or longer than any record)
+                elif record is not None:
+                    self.count += 1
+                    yield record
         if not self.count:
             raise ExportError(f"{self.path} holds no tuitrain record; is it a run's metrics.jsonl?")
 
@@ -176,9 +170,11 @@ def undeclared_columns(records: Iterable[Record], limit: int = 256) -> list[str]
 
 
 def csv_columns(header: Record | None, undeclared: Sequence[str] = ()) -> tuple[str, ...]:
-    """CSV_COLUMNS, with the task's own metrics its header declares (and tokens/s where the
-    task counts tokens): train metrics before the validation columns, the other validation
-    metrics after them. A classification run's columns are CSV_COLUMNS exactly."""
+    """The train record's fields, tokens/s where the task counts tokens, then the metrics
+    the header's task declares and those the records hold (`undeclared`): train metrics,
+    then the validation ones in declaration order. No column for a metric the run never
+    declares nor records (a language model has no val_acc); a classification run (an old
+    header reads as one) gets CSV_COLUMNS exactly."""
     if header is None:
         return CSV_COLUMNS
     task = task_declaration(header)
@@ -188,11 +184,11 @@ def csv_columns(header: Record | None, undeclared: Sequence[str] = ()) -> tuple[
     val += [n for n in undeclared if n.startswith("val_")]
     task_raw = header.get("task")
     tokens = ["tokens_per_s"] if isinstance(task_raw, dict) and task_raw.get("tokens") else []
-    base = [c for c in CSV_COLUMNS if c not in ("val_loss", "val_acc")]
-    known = set(CSV_COLUMNS) | set(tokens)
-    extra_train = [n for n in train if n not in known]
-    extra_val = [n for n in val if n not in known and n not in extra_train]
-    return (*base, *tokens, *extra_train, "val_loss", "val_acc", *extra_val)
+    base = [c for c in CSV_COLUMNS if not c.startswith("val_")]
+    known = set(base) | set(tokens)
+    extra_train = [n for n in dict.fromkeys(train) if n not in known]
+    extra_val = [n for n in dict.fromkeys(val) if n not in known and n not in extra_train]
+    return (*base, *tokens, *extra_train, *extra_val)
 
 
 def csv_rows(

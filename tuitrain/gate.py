@@ -96,11 +96,12 @@ class RunFigures:
 
 
 def metrics_path(target: str) -> Path:
-    path = Path(target)
-    if path.is_dir():
-        path = path / "metrics.jsonl"
+    """The metrics file of an existing run (runfile's rule), or UserError (exit 2)."""
+    from tuitrain.metrics.runfile import run_target
+
+    path = run_target(target)
     if not path.is_file():
-        raise UserError(f"{target}: no run there (no metrics.jsonl); pass a run dir.")
+        raise UserError(f"{target}: no run there (no metrics.jsonl file); pass a run dir.")
     return path
 
 

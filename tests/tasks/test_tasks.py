@@ -185,7 +185,7 @@ def test_export_carries_the_tasks_metrics(tmp_path: Path) -> None:
     out = tmp_path / "out.csv"
     assert export_main([str(run_dir), "--format", "csv", "--out", str(out)]) == 0
     rows = list(csv.DictReader(out.open()))
-    assert {"mae", "val_mae", "val_loss", "val_acc"} <= set(rows[0])
+    assert {"mae", "val_mae", "val_loss"} <= set(rows[0]) and "val_acc" not in rows[0]  # declared
     assert all(float(r["mae"]) > 0 for r in rows if r["type"] == "train")
     evals = [r for r in rows if r["type"] == "eval"]
     assert evals and float(evals[-1]["val_mae"]) > 0 and evals[-1]["mae"] == ""

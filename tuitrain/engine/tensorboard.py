@@ -42,7 +42,6 @@ TB_TRAIN = {
     "grad_scale": "amp/grad_scale",
     "skipped_steps": "amp/skipped_steps",
 }
-TB_EVAL = {"val_loss": "val/loss", "val_acc": "val/acc"}
 TB_EXTRA = "pip install 'tuitrain[tensorboard]' (or pip install tensorboard)"
 
 
@@ -57,15 +56,18 @@ def summary_writer(folder: Path) -> Any:
 
 
 def scalars(record: Record) -> Iterator[tuple[str, float, int]]:
-    """(tag, value, step) for each number of a train or eval record."""
-    tags = TB_TRAIN if record.get("type") == "train" else TB_EVAL
+    """(tag, value, step) for each number of a train or eval record. An eval record's
+    validation metrics are whatever its task declared and wrote, each `val_<name>` under
+    `val/<name>` (val_loss -> val/loss, a classifier's val_acc -> val/acc, val_bpc ->
+    val/bpc): no metric name is assumed."""
     step = record.get("step")
     if not isinstance(step, int) or record.get("type") not in ("train", "eval"):
         return
-    for field, tag in tags.items():
-        value = record.get(field)
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            yield tag, float(value), step
+    if record.get("type") == "train":
+        for field, tag in TB_TRAIN.items():
+            value = record.get(field)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                yield tag, float(value), step
     if record.get("type") == "train":  # tokens/s and the task's own train metrics
         tps = record.get("tokens_per_s")
         if isinstance(tps, (int, float)) and math.isfinite(tps):
@@ -73,9 +75,9 @@ def scalars(record: Record) -> Iterator[tuple[str, float, int]]:
         for name, value in train_metric_items(record):
             if value is not None:
                 yield f"train/{name}", float(value), step
-    else:  # the task's other validation metrics: val_bpc -> val/bpc
+    else:  # the validation metrics the record holds: val_bpc -> val/bpc
         for name, value in eval_metric_items(record):
-            if value is not None and name not in TB_EVAL:
+            if value is not None:
                 yield f"val/{name[len('val_') :]}", float(value), step
 
 
