@@ -349,7 +349,7 @@ def run_end_record(
     result: RunResult, trainer: Trainer | None, started: float, weights_digest: str | None = None
 ) -> dict[str, Any]:
     """The engine's end record; `weights_digest` (last) when the run trained to its end."""
-    digest = {"weights_digest": weights_digest} if weights_digest is not None else {}
+    digest: dict[str, Any] = {} if weights_digest is None else {"weights_digest": weights_digest}
     return end_record(
         result.status,
         result.reason,

@@ -33,8 +33,12 @@ def _refuse(kind: str, unknown: set[Any]) -> None:
 
 # --------------------------------------------------------------------------- headers
 
-# The engine's header, in the order it writes it (`tuitrain.engine.runner.engine_header`).
-ENGINE_HEADER_FIELDS = (
+# Every field a header may hold, in the order its writers write them: the engine's header
+# has all but the client's three (ENGINE_HEADER_FIELDS, in this order), the logging client's
+# a few of the engine's and its three (`hostname`, `argv`, `client`: where it ran and how it
+# was started), in this order too.
+CLIENT_HEADER_FIELDS = ("hostname", "argv", "client")
+HEADER_FIELDS = (
     "type",
     "preset",
     "config",
@@ -56,21 +60,20 @@ ENGINE_HEADER_FIELDS = (
     "steps_per_epoch",
     "total_steps",
     "run_dir",
+    *CLIENT_HEADER_FIELDS,
     "device_memory_bytes",
     "flops_per_sample",
     "peak_tflops",
     "peak_source",
     "task",
 )
-# What a script's header adds (the logging client's, and `tuitrain run`'s when a script left
-# none): where it ran and how it was started.
-CLIENT_HEADER_FIELDS = ("hostname", "argv", "client")
-HEADER_FIELDS = (*ENGINE_HEADER_FIELDS, *CLIENT_HEADER_FIELDS)
+ENGINE_HEADER_FIELDS = tuple(f for f in HEADER_FIELDS if f not in CLIENT_HEADER_FIELDS)
 
 
 def header_record(**fields: Any) -> dict[str, Any]:
     """The `header` record: `"type"` first, then `fields` in the writer's order (the engine
-    writes every ENGINE_HEADER_FIELDS field in that order; a script's header has fewer)."""
+    writes every ENGINE_HEADER_FIELDS field, the client some of HEADER_FIELDS, each in that
+    order; `tuitrain run`'s header for a script that wrote none has a few, in its own)."""
     _refuse("header", set(fields) - set(HEADER_FIELDS[1:]))
     return {"type": "header", **fields}
 
