@@ -241,7 +241,8 @@ def judge(base: RunFigures, cand: RunFigures, max_slowdown: float, max_drop: flo
         })  # fmt: skip
     task = base.task
     key = base.metric_key or "val_loss"
-    pct = key == "val_acc"
+    # a metric declared as a share (format pct, a classifier's val_acc) is judged in points
+    pct = next((m["format"] for m in task["metrics"] if m["name"] == key), "float") == "pct"
     scale = 100.0 if pct else 1.0
     quality: dict[str, Any] = {
         "what": f"{key} ({task['mode']}, last evaluation)", "ratio": None, "interval": None,

@@ -15,6 +15,7 @@ from tuitrain.metrics.records import (
     Record,
     eval_metric_items,
     format_metric,
+    task_declaration,
     train_metric_items,
 )
 
@@ -194,19 +195,24 @@ def format_train_line(rec: Record, total: int | None = None, eta_s: float | None
     return " | ".join(parts)
 
 
-def format_eval_line(rec: Record) -> str:
-    """``eval  step 234 | epoch 1 | val_loss 0.4012 | val_acc 85.31%``."""
+def metric_formats(header: Record | None = None) -> dict[str, str]:
+    """Each declared metric's format (pct or float) from the header's task declaration; an
+    old header (or none) reads as classification's."""
+    return {m["name"]: m["format"] for m in task_declaration(header)["metrics"]}
+
+
+def format_eval_line(rec: Record, header: Record | None = None) -> str:
+    """``eval  step 234 | epoch 1 | val_loss 0.4012 | val_acc 85.31%``: the validation loss,
+    then each validation metric the record holds, formatted as its header declares."""
+    formats = metric_formats(header)
     parts = [f"eval  step {rec.get('step', DASH)}"]
     if rec.get("epoch") is not None:
         parts.append(f"epoch {format_number(rec['epoch'])}")
     val_loss = rec.get("val_loss")
     parts.append(f"val_loss {val_loss:.4f}" if val_loss is not None else f"val_loss {DASH}")
-    val_acc = rec.get("val_acc")
-    if val_acc is not None:
-        parts.append(f"val_acc {val_acc * 100:.2f}%")
-    for name, value in eval_metric_items(rec):  # the task's other validation metrics
-        if name not in ("val_loss", "val_acc"):
-            parts.append(f"{name} {format_metric(value)}")
+    for name, value in eval_metric_items(rec):  # the task's validation metrics
+        if name != "val_loss" and value is not None:
+            parts.append(f"{name} {format_metric(value, formats.get(name, 'float'))}")
     return " | ".join(parts)
 
 
@@ -217,15 +223,18 @@ def format_event_line(rec: Record) -> str:
     return message if level == "info" else f"{level}: {message}"
 
 
-def format_end_line(rec: Record) -> str:
-    """``end   completed | reason max_steps reached | step 1000``."""
+def format_end_line(rec: Record, header: Record | None = None) -> str:
+    """``end   completed | reason max_steps reached | step 1000 | val_acc 85.31%``: the
+    primary metric the header declares, where the end record holds it."""
     parts = [f"end   {rec.get('status') or DASH}"]
     if rec.get("reason"):
         parts.append(f"reason {rec['reason']}")
     if rec.get("step") is not None:
         parts.append(f"step {rec['step']}")
-    if rec.get("val_acc") is not None:
-        parts.append(f"val_acc {100 * rec['val_acc']:.2f}%")
+    task = task_declaration(header)
+    key = task["primary"]
+    if key and isinstance(rec.get(key), (int, float)):
+        parts.append(f"{key} {format_metric(rec[key], metric_formats(header).get(key, 'float'))}")
     if rec.get("weights_digest"):
         parts.append(f"weights {rec['weights_digest']}")
     return " | ".join(parts)

@@ -404,6 +404,7 @@ def summarize_run(run_dir: Path) -> RunSummary | None:
             grew = False
         if not grew:
             break
+    assert header is not None
     trains = [r for r in tail if r.get("type") == "train"]
     evals = [r for r in tail if r.get("type") == "eval"]
     status = run_status(header, end, trains[-1] if trains else None, quiet_seconds(path), exited)

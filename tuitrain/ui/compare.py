@@ -26,7 +26,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tuitrain.metrics.format import DASH
-from tuitrain.metrics.records import format_metric, task_declaration
+from tuitrain.metrics.records import CLASSIFY_DECLARATION, format_metric, task_declaration
 from tuitrain.metrics.store import MetricStore, Series, Snapshot
 from tuitrain.ui.screens.help import HelpScreen, binding_commands
 from tuitrain.ui.stopping import StoppingApp
@@ -74,6 +74,9 @@ class Source:
     color: str
 
 
+DEFAULT_METRIC_LABEL = CLASSIFY_DECLARATION["primary"].replace("_", " ")  # "val acc"
+
+
 @dataclass(frozen=True, slots=True)
 class RunSummary:
     """What the table says about one run, from one snapshot."""
@@ -83,13 +86,12 @@ class RunSummary:
     step: int | None
     loss: float | None
     median_rate: float | None
-    val_acc: float | None
     median_tflops: float | None = None
     median_mfu: float | None = None
-    # the task's primary metric (header declaration): its field, column label and format;
-    # classification: val_acc, "val acc", pct (val_acc above holds it too)
-    metric_key: str = "val_acc"
-    metric_label: str = "val acc"
+    # the task's primary metric (its header's declaration, records.task_declaration): its
+    # field, column label and format (an old header reads as classification's)
+    metric_key: str = CLASSIFY_DECLARATION["primary"]
+    metric_label: str = DEFAULT_METRIC_LABEL
     metric_format: str = "pct"
     metric: float | None = None
 
@@ -107,9 +109,6 @@ def summarize(snap: Snapshot, path: Path) -> RunSummary:
     step = (snap.latest or {}).get("step")
     if step is None and snap.last_eval is not None:
         step = snap.last_eval.get("step")
-    acc = (snap.last_eval or {}).get("val_acc")
-    if acc is None and snap.end is not None:
-        acc = snap.end.get("val_acc")
     task = task_declaration(snap.header)
     key = task["primary"] or "val_loss"
     fmt = next((m["format"] for m in task["metrics"] if m["name"] == key), "float")
@@ -129,11 +128,10 @@ def summarize(snap: Snapshot, path: Path) -> RunSummary:
         step=int(step) if isinstance(step, (int, float)) and math.isfinite(step) else None,
         loss=smoothed_series(loss).last if len(loss) else None,
         median_rate=median(snap.get("samples_per_s").ys),
-        val_acc=float(acc) if isinstance(acc, (int, float)) else None,
         median_tflops=median(snap.get("tflops").ys),
         median_mfu=median(snap.get("mfu").ys),
         metric_key=key,
-        metric_label="val acc" if key == "val_acc" else key[:12],
+        metric_label=key.replace("_", " ")[:12],  # val_acc: "val acc"
         metric_format=fmt,
         metric=float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None,
     )
@@ -146,11 +144,12 @@ def throughput_ratio(a: RunSummary, b: RunSummary) -> float | None:
     return b.median_rate / a.median_rate
 
 
-def acc_gap_points(a: RunSummary, b: RunSummary) -> float | None:
-    """B's val acc minus A's, in percentage points."""
-    if a.val_acc is None or b.val_acc is None:
+def metric_gap(a: RunSummary, b: RunSummary) -> float | None:
+    """B's primary metric minus A's (in points for a metric declared pct), or None when
+    either is unknown or the runs' primary metrics differ."""
+    if a.metric_key != b.metric_key or a.metric is None or b.metric is None:
         return None
-    return 100 * (b.val_acc - a.val_acc)
+    return (b.metric - a.metric) * (100 if a.metric_format == "pct" else 1)
 
 
 def comparison_text(a: RunSummary, b: RunSummary, names: tuple[str, str] = ("A", "B")) -> str:
@@ -163,9 +162,7 @@ def comparison_text(a: RunSummary, b: RunSummary, names: tuple[str, str] = ("A",
         flops_ratio = b.median_tflops / a.median_tflops
     same = a.metric_key == b.metric_key
     pct = a.metric_format == "pct"
-    gap = None
-    if same and a.metric is not None and b.metric is not None:
-        gap = (b.metric - a.metric) * (100 if pct else 1)
+    gap = metric_gap(a, b)
     ratio_text = DASH if ratio is None else f"×{ratio:.2f}"
     if gap is None:
         why = "after an evaluation of each" if same else "the runs' primary metrics differ"
@@ -217,7 +214,7 @@ def table_text(rows: Sequence[tuple[Source, RunSummary]], width: int) -> str:
     perf = width - fixed - perf_w - 1 >= min(longest, 44)
     label_w = max(8, min(44, width - fixed - (perf_w if perf else 0) - 1))
     perf_head = f" {'TFLOP/s':>7} {'MFU':>5}" if perf else ""
-    metric_label = rows[0][1].metric_label if rows else "val acc"
+    metric_label = rows[0][1].metric_label if rows else DEFAULT_METRIC_LABEL
     head = (
         f"    {'run':<{label_w}} {'status':<9} {'step':>10} {'loss':>7} "
         f"{'samples/s':>9}{perf_head} {metric_label:>7}"
@@ -331,7 +328,7 @@ class CompareApp(StoppingApp):
 
     def primary_key(self) -> str:
         header = self.sources[0].store.snapshot().header
-        return task_declaration(header)["primary"] or "val_loss" if header else "val_acc"
+        return task_declaration(header)["primary"] or "val_loss"  # no header yet: classify's
 
     def snapshots(self) -> list[Snapshot]:
         return [source.store.snapshot() for source in self.sources]

@@ -16,6 +16,15 @@ from typing import Any
 
 from tuitrain.metrics.format import DASH, eta_seconds
 from tuitrain.metrics.records import Record, straggler
+
+# the silence rule is runfile's, shared with `tuitrain runs` (re-exported for the UI)
+from tuitrain.metrics.runfile import (  # noqa: F401
+    SILENT_FLOOR_S,
+    SILENT_INTERVALS,
+    SILENT_UNKNOWN_S,
+    quiet_seconds,
+    silent_after_s,
+)
 from tuitrain.metrics.store import Series, Snapshot
 
 LOSS_SMOOTHING = 0.6  # EMA weight, as in TensorBoard's and W&B's smoothing slider
@@ -115,18 +124,6 @@ def derived_state(snap: Snapshot) -> str:
     return "running"
 
 
-SILENT_FLOOR_S = 120.0  # watch: a run without an end record this quiet may have died
-SILENT_INTERVALS = 10  # ... or this many of its own log intervals, whichever is longer
-
-
-def quiet_seconds(path: Path) -> float | None:
-    """Seconds since `path` last changed (None when it cannot be read)."""
-    try:
-        return max(0.0, time.time() - path.stat().st_mtime)
-    except OSError:
-        return None
-
-
 DEAD_AFTER_QUIET_S = 1.0  # the lock is free and the file this still: no end record is coming
 
 
@@ -134,7 +131,7 @@ def writer_dead(snap: Snapshot, path: Path, quiet_s: float | None) -> bool:
     """Watch mode: the run has a header and no end record, its file has been still for a
     second (an end record written just before the writer exited is read by then), and no
     process holds its run dir's lock: it died without saying so."""
-    from tuitrain.engine.rundir import writer_gone
+    from tuitrain.metrics.runfile import writer_gone
 
     if snap.end is not None or snap.header is None or quiet_s is None:
         return False
@@ -143,17 +140,12 @@ def writer_dead(snap: Snapshot, path: Path, quiet_s: float | None) -> bool:
 
 def silence(snap: Snapshot, quiet_s: float | None) -> float | None:
     """Watch mode: how long a run without an `end` record has written nothing, when that is
-    far longer than its own log interval (killed by -9, the OOM killer, a lost node), else
-    None. The expected interval is the last step time x log_every from the header."""
+        far longer than its own log interval (killed by -9, the OOM killer, a lost node), else
+        None. The threshold is runfile's `silent_after_s` (the log interval: the last step time x
+    log_every from the header; 10 minutes where it is unknown)."""
     if quiet_s is None or snap.end is not None or snap.header is None:
         return None
-    latest = snap.latest or {}
-    step_time = latest.get("step_time_s")
-    log_every = ((snap.header.get("config") or {}).get("train") or {}).get("log_every")
-    expected = 0.0
-    if isinstance(step_time, (int, float)) and isinstance(log_every, int):
-        expected = float(step_time) * log_every
-    return quiet_s if quiet_s > max(SILENT_FLOOR_S, SILENT_INTERVALS * expected) else None
+    return quiet_s if quiet_s > silent_after_s(snap.header, snap.latest) else None
 
 
 def display_state(snap: Snapshot, engine_state: str | None, *, pausing: bool = False) -> str:

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import RichLog
 
-from tuitrain.metrics.format import format_number, precision_label
+from tuitrain.metrics.format import format_number, metric_formats, precision_label
 from tuitrain.metrics.records import Record, eval_metric_items, format_metric
 from tuitrain.metrics.sinks import SEQ_KEY, STEP_KEY
 from tuitrain.metrics.store import Snapshot
@@ -49,14 +49,16 @@ def ordered_records(snap: Snapshot) -> list[Record]:
     return [t[4] for t in keyed]
 
 
-def eval_line(rec: Record) -> str:
+def eval_line(rec: Record, header: Record | None = None) -> str:
+    """The validation loss, then each validation metric the record holds, formatted as the
+    header declares it (a classifier's val_acc as a percentage)."""
     loss = as_number(rec.get("val_loss"))
-    acc = as_number(rec.get("val_acc"))
+    formats = metric_formats(header)
     loss_text = f"val_loss {loss:.4f}" if loss is not None else "val_loss —"
-    acc_text = f" · val_acc {acc * 100:.2f}%" if acc is not None else ""
-    for name, value in eval_metric_items(rec):  # a task's other validation metrics
-        if name not in ("val_loss", "val_acc") and value is not None:
-            acc_text += f" · {name} {format_metric(value)}"
+    acc_text = ""
+    for name, value in eval_metric_items(rec):  # the task's validation metrics
+        if name != "val_loss" and value is not None:
+            acc_text += f" · {name} {format_metric(value, formats.get(name, 'float'))}"
     epoch = as_number(rec.get("epoch"))
     if epoch is not None and math.isfinite(epoch) and not float(epoch).is_integer():
         # train.eval_every: an evaluation mid-epoch
@@ -66,6 +68,8 @@ def eval_line(rec: Record) -> str:
 
 class EventLog(RichLog):
     """Append-only, auto-scrolling log of the run's notable moments."""
+
+    _header: Record | None = None  # the run's header, for its metrics' declared formats
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, wrap=True, markup=False, highlight=False, max_lines=2000)
@@ -129,6 +133,7 @@ class EventLog(RichLog):
             skipped = len(new) - MAX_BURST
             self.add(None, f"… {skipped:,} earlier events and evaluations (all in metrics.jsonl)")
             new = new[skipped:]
+        self._header = snap.header  # the declaration: how each metric reads
         for rec in new:
             self.write_record(rec)
         if snap.end is not None and snap.end is not self._seen_end:
@@ -140,7 +145,7 @@ class EventLog(RichLog):
     def write_record(self, rec: Record) -> None:
         step = rec.get(STEP_KEY, rec.get("step"))
         if rec.get("type") == "eval":
-            self.add(step, eval_line(rec))
+            self.add(step, eval_line(rec, self._header))
             return
         level = str(rec.get("level") or "info")
         traceback = rec.get("traceback")

@@ -109,13 +109,10 @@ class LossPanel(Panel):
             f"{metric}[$foreground-muted](epoch {esc(format_number(ev.get('epoch')))})[/]"
         )
         best = best_eval(snap)
-        primary = task_declaration(snap.header)["primary"]
+        task = task_declaration(snap.header)
+        primary = task["primary"]
         if best is not None and best is not ev and primary is not None:
-            fmt = (
-                "pct"
-                if primary == "val_acc"
-                else (shown[2] if shown and shown[0] == primary else "float")
-            )
+            fmt = next((m["format"] for m in task["metrics"] if m["name"] == primary), "float")
             label = "best" if shown is not None and shown[0] == primary else f"best {esc(primary)}"
             text += (
                 f" [$foreground-muted]· {label} {format_metric(best[primary], fmt)}"
