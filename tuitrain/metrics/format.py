@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tuitrain.metrics.records import (
+    CLASSIFY_DECLARATION,
     Record,
     eval_metric_items,
     format_metric,
@@ -196,9 +197,11 @@ def format_train_line(rec: Record, total: int | None = None, eta_s: float | None
 
 
 def metric_formats(header: Record | None = None) -> dict[str, str]:
-    """Each declared metric's format (pct or float) from the header's task declaration; an
-    old header (or none) reads as classification's."""
-    return {m["name"]: m["format"] for m in task_declaration(header)["metrics"]}
+    """Each metric's format (pct or float) from the header's task declaration; an old header
+    (or none) reads as classification's, whose declaration also formats an undeclared
+    `val_acc` (the client's name for a script's accuracy: a share, shown as a percentage)."""
+    base = {m["name"]: m["format"] for m in CLASSIFY_DECLARATION["metrics"]}
+    return base | {m["name"]: m["format"] for m in task_declaration(header)["metrics"]}
 
 
 def format_eval_line(rec: Record, header: Record | None = None) -> str:

@@ -24,6 +24,7 @@ from textual.containers import Grid, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
+from tuitrain.metrics.format import metric_formats
 from tuitrain.metrics.records import (
     TRAIN_EXTRA_FIELDS,
     TRAIN_FIELDS,
@@ -44,8 +45,9 @@ def metric_specs(snap: Snapshot) -> list[dict[str, Any]]:
     specs = list(task["metrics"]) if snap.header and snap.header.get("task") else []
     if not specs:  # an old or foreign run: every series outside the contract
         known = set(TRAIN_FIELDS) | set(TRAIN_EXTRA_FIELDS)
+        formats = metric_formats(snap.header)  # declared, else the contract's val_acc: pct
         specs = [
-            {"name": n, "goal": None, "format": "pct" if n == "val_acc" else "float", "unit": ""}
+            {"name": n, "goal": None, "format": formats.get(n, "float"), "unit": ""}
             for n in snap.series
             if n not in known
         ]
