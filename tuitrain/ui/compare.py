@@ -131,7 +131,8 @@ def summarize(snap: Snapshot, path: Path) -> RunSummary:
         median_tflops=median(snap.get("tflops").ys),
         median_mfu=median(snap.get("mfu").ys),
         metric_key=key,
-        metric_label=key.replace("_", " ")[:12],  # val_acc: "val acc"
+        # classification's primary reads "val acc" (as before); another task's, its name
+        metric_label=DEFAULT_METRIC_LABEL if key == CLASSIFY_DECLARATION["primary"] else key[:12],
         metric_format=fmt,
         metric=float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None,
     )
