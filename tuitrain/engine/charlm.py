@@ -24,6 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from tuitrain.engine.data import DataBundle, SourceContext, epoch_permutation, mix_seed
+from tuitrain.engine.task import Task
 from tuitrain.errors import UserError
 
 TEXT_PATH = Path(__file__).resolve().parents[1] / "data" / "shakespeare" / "shakespeare.txt.xz"
@@ -218,7 +219,7 @@ def generate(
 # --------------------------------------------------------------------------- the task
 
 
-class CharLMTask:
+class CharLMTask(Task):
     """Next-character cross-entropy; val loss in nats per character and bits per character."""
 
     name = "charlm"

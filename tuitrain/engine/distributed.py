@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from tuitrain.engine.control import Control
-from tuitrain.engine.setup import DistInfo
+from tuitrain.engine.strategy import DistInfo
 from tuitrain.metrics.records import merge_ranks, rank_merge_fields
 
 # command vector slots, reduced with MAX across ranks

@@ -1,11 +1,13 @@
 """FLOPs per training sample, counted once at start, and the device's peak, for TFLOP/s and MFU.
 
 `flops_per_sample` is what `torch.utils.flop_counter.FlopCounterMode` counts over one
-forward + backward of a small batch of the run's input shape on the plain module (not the
-compiled or DDP wrapper): matmuls and convolutions (2 x multiply-adds), the FLOPs MFU is
-defined over; elementwise work, pooling and the optimizer update are not counted. The count
-runs in eval mode and leaves the run as it was: RNG states, gradients and buffers (batch-norm
-statistics) are put back, so exact resume and the first step do not change.
+forward + backward of the task's training_step on the first validation batch, on the plain
+module (not the compiled or DDP wrapper), divided by the batch's size (the dry step in
+engine/setup.py, the same for every task): matmuls and convolutions (2 x multiply-adds), the
+FLOPs MFU is defined over; elementwise work, pooling, the loss and the optimizer update are
+not counted. The count runs in eval mode and leaves the run as it was: RNG states, gradients
+and buffers (batch-norm statistics) are put back, so exact resume and the first step do not
+change.
 
 `peak_tflops` is a dense (no sparsity) peak from NVIDIA's datasheets for the run's device and
 dtype, or a short matmul probe on the run's device when asked (`--measure-peak`); CPUs have
@@ -14,14 +16,28 @@ no table entry: MFU is null there unless measured.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import nn
 
-__all__ = ["Peak", "count_flops_per_sample", "measure_peak", "peak_dtype", "table_peak"]
+__all__ = [
+    "Peak",
+    "count_flops",
+    "count_flops_per_sample",
+    "left_as_it_was",
+    "measure_peak",
+    "peak_dtype",
+    "per_sample",
+    "table_peak",
+]
+
+T = TypeVar("T")
 
 # Dense peak TFLOP/s per dtype ("tf32": fp32 matmuls on tensor cores), from NVIDIA's
 # datasheets (H100/H200, A100, L40S, L40, L4, A10, RTX A6000, V100, T4) and the Ampere GA102
@@ -98,40 +114,19 @@ def measure_peak(device: torch.device, dtype: str, seconds: float = 0.5) -> Peak
     return Peak(best, f"measured (matmul probe {n}x{n} {dtype}, {seconds:g} s)")
 
 
-def count_flops_per_sample(
-    model: nn.Module,
-    input_shape: tuple[int, ...],
-    num_classes: int,
-    device: torch.device,
-    channels_last: bool = False,
-    batch: int = 2,
-) -> float | None:
-    """Forward + backward FLOPs of one training sample, or None when the count fails.
-
-    One batch of `batch` zero inputs through `model` in eval mode (the same matmuls and
-    convolutions as training; no dropout draws, no batch-norm update, and a model that counts
-    its training calls does not see this one), a cross-entropy loss and backward, under
-    FlopCounterMode; the RNG states, the gradients, the buffers and the mode are put back."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    x = torch.zeros((batch, *input_shape), device=device)
-    if channels_last and x.ndim == 4:
-        x = x.contiguous(memory_format=torch.channels_last)
-    y = torch.zeros(batch, dtype=torch.long, device=device)
+@contextlib.contextmanager
+def left_as_it_was(model: nn.Module, device: torch.device) -> Iterator[None]:
+    """Eval mode inside (no dropout draws, no batch-norm update); afterwards the RNG states
+    (CPU, and this CUDA device), the gradients, the buffers and the mode as they were, so
+    exact resume and the first step do not change."""
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
     grads = {p: p.grad for p in model.parameters()}
     cuda = [device] if device.type == "cuda" else []
     training = model.training
     try:
-        model.eval()
         with torch.random.fork_rng(devices=cuda):
-            counter = FlopCounterMode(display=False)
-            with counter:
-                loss = nn.functional.cross_entropy(model(x), y)
-                loss.backward()
-            total = counter.get_total_flops()
-    except Exception:  # an exotic model the counter cannot follow: no TFLOP/s, not a failure
-        return None
+            model.eval()
+            yield
     finally:
         model.train(training)
         with torch.no_grad():
@@ -140,4 +135,44 @@ def count_flops_per_sample(
                     b.copy_(buffers[name])
         for p, g in grads.items():
             p.grad = g
-    return total / batch if total > 0 else None
+
+
+def count_flops(fn: Callable[[], T]) -> tuple[T, int]:
+    """`fn()` under FlopCounterMode: what it returns and the FLOPs it ran."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        out = fn()
+    return out, counter.get_total_flops()
+
+
+def per_sample(total: float, batch_size: int) -> float | None:
+    return total / batch_size if total > 0 else None
+
+
+def count_flops_per_sample(
+    model: nn.Module,
+    loss: Callable[[nn.Module], torch.Tensor],
+    batch_size: int,
+    device: torch.device,
+) -> float | None:
+    """Forward + backward FLOPs of one training sample, or None when the count fails.
+
+    `loss(model)` on a batch of `batch_size` items (a task's training step), and its
+    backward, under FlopCounterMode in eval mode (the same matmuls and convolutions as
+    training, no dropout draws, no batch-norm update) with the run left as it was
+    (`left_as_it_was`). The engine's own count is the dry step's (engine/setup.py), which
+    counts the same way on the task's training_step."""
+
+    def step() -> None:
+        value = loss(model)
+        if value.requires_grad:
+            value.backward()
+
+    try:
+        with left_as_it_was(model, device):
+            _, total = count_flops(step)
+    except Exception:  # an exotic model the counter cannot follow: no TFLOP/s, not a failure
+        return None
+    return per_sample(total, batch_size)

@@ -18,15 +18,18 @@ from tuitrain.engine.device import device_name, resolve_device, tf32_active
 from tuitrain.engine.factory import blame_user
 from tuitrain.engine.flops import (
     Peak,
-    count_flops_per_sample,
+    count_flops,
+    left_as_it_was,
     measure_peak,
     peak_dtype,
+    per_sample,
     table_peak,
 )
 from tuitrain.engine.models import build_model
 from tuitrain.engine.precision import Precision, make_precision
+from tuitrain.engine.strategy import DistInfo, Strategy, make_strategy
 from tuitrain.engine.task import (
-    ClassifyTask,
+    Task,
     batch_size_of,
     build_task,
     declarations,
@@ -38,20 +41,9 @@ from tuitrain.errors import UserError
 
 
 @dataclass(slots=True)
-class DistInfo:
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-
-@dataclass(slots=True)
 class RunParts:
     """Everything the loop needs. `model` is the plain module (kept for saving and eval);
-    `train_model` is what the loop calls (compiled and/or DDP-wrapped)."""
+    `train_model` is what the loop calls (compiled and/or wrapped by the strategy)."""
 
     device: torch.device
     precision: Precision
@@ -63,11 +55,11 @@ class RunParts:
     compiled: bool
     steps_per_epoch: int
     total_steps: int
-    task: Any = None  # what is trained: the loss and the metrics (engine/task.py)
+    task: Task  # what is trained: the loss and the metrics (engine/task.py)
+    strategy: Strategy  # how the model is spread over the ranks (engine/strategy.py)
     # the header's task declaration: primary metric, mode, every metric's goal and format
     task_info: dict[str, Any] = field(default_factory=dict)
     train_metrics: tuple[str, ...] = ()  # the task's own train metrics, in record order
-    ddp: nn.Module | None = None  # the DistributedDataParallel wrapper, for no_sync()
     flops_per_sample: float | None = None  # forward + backward, counted once (engine/flops.py)
     peak: Peak = Peak(None, "not looked up")  # what MFU divides by
 
@@ -178,16 +170,9 @@ def build_parts(cfg: Config, dist: DistInfo) -> RunParts:
     model = model.to(device)
     if cfg.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    if isinstance(task, ClassifyTask):
-        dry_forward(model, cfg, data, device, precision)
-        train_metrics: tuple[str, ...] = ()
-        val_metrics = ["loss", "acc"]
-        flops = count_flops_per_sample(
-            model, data.input_shape, data.num_classes, device, cfg.model.channels_last
-        )
-    else:
-        train_metrics, val_metrics, flops = dry_step(task, model, cfg, data, device, precision)
-    train_model, ddp = wrap_model(model, cfg, device, dist)
+    train_metrics, val_metrics, flops = dry_step(task, model, cfg, data, device, precision)
+    strategy = make_strategy(dist, device)
+    train_model = wrap_model(model, cfg, device, strategy)
     optimizer = make_optimizer(list(model.parameters()), cfg.optim)
     steps_per_epoch = max(len(data.train) // cfg.optim.grad_accum, 1)
     total = steps_per_epoch * cfg.train.epochs
@@ -207,10 +192,10 @@ def build_parts(cfg: Config, dist: DistInfo) -> RunParts:
         task=task,
         task_info={
             **declarations(task, list(train_metrics), val_metrics, cfg.task.name),
-            "tokens": callable(getattr(task, "tokens", None)),
+            "tokens": task.counts_tokens,
         },
         train_metrics=train_metrics,
-        ddp=ddp,
+        strategy=strategy,
         flops_per_sample=flops,
         peak=run_peak(cfg, device, precision.name),
     )
@@ -291,7 +276,7 @@ def task_offers(cfg: Config, data: DataBundle) -> dict[str, Any]:
 
 
 def dry_step(
-    task: Any,
+    task: Task,
     model: nn.Module,
     cfg: Config,
     data: DataBundle,
@@ -299,83 +284,62 @@ def dry_step(
     precision: Precision,
 ) -> tuple[tuple[str, ...], list[str], float | None]:
     """The task's training_step and validation_step once on the first validation batch, in
-    eval mode (no dropout draws, batch-norm statistics untouched) with the RNGs put back:
-    a task, model or batch that do not fit fail here in one sentence, before the header;
-    what they return names the run's metrics. The training step runs under FlopCounterMode
-    (with its backward): the FLOPs per sample that MFU divides. Returns (train metric names,
-    val metric names, FLOPs per sample or None)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
+    eval mode (no dropout draws, batch-norm statistics untouched) with the RNGs, gradients
+    and buffers put back: a task, model or batch that do not fit fail here in one sentence,
+    before the header; what they return names the run's metrics. The training step runs
+    under FlopCounterMode (with its backward): the FLOPs per sample that MFU divides. A task
+    whose model gives class logits (`task.logits`) has the model checked on one zero input
+    first (`dry_forward`). The same for every task. Returns (train metric names, val metric
+    names, FLOPs per sample or None)."""
+    if task.logits:
+        dry_forward(model, cfg, data, device, precision)
     label = task_label(cfg)
-    cuda = [device] if device.type == "cuda" else []
     batch = next(iter(data.val.batches(0)), None)
     if batch is None:
         raise UserError(f"{label}: the validation split gives no batch; give it some samples.")
     n = batch_size_of(task, batch, label)
-    grads = {p: p.grad for p in model.parameters()}
-    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
-    flops: float | None = None
-    try:
+
+    def train_and_backward() -> dict[str, torch.Tensor]:
+        with precision.autocast():
+            out = task.training_step(model, batch)
+        loss, metrics = split_training_output(out, label)
+        if loss.requires_grad:
+            loss.backward()
+        return metrics
+
+    with left_as_it_was(model, device):
+        with blame_user(
+            lambda error: (
+                f"{label}: training_step on the first validation batch raised {error};"
+                " make the task, the model and the data fit each other."
+            )
+        ):
+            metrics, total = count_flops(train_and_backward)
         with (
             blame_user(
-                lambda error: (
-                    f"{label}: training_step on the first validation batch raised {error};"
-                    " make the task, the model and the data fit each other."
-                )
+                lambda error: f"{label}: validation_step on the first batch raised {error}."
             ),
-            torch.random.fork_rng(devices=cuda),
+            torch.inference_mode(),
+            precision.autocast(),
         ):
-            model.eval()
-            counter = FlopCounterMode(display=False)
-            with counter:
-                with precision.autocast():
-                    out = task.training_step(model, batch)
-                loss, metrics = split_training_output(out, label)
-                if loss.requires_grad:
-                    loss.backward()
-            total = counter.get_total_flops()
-            flops = total / n if total > 0 else None
-        val_metrics = ["loss"]
-        if callable(getattr(task, "validation_step", None)):
-            with (
-                blame_user(
-                    lambda error: f"{label}: validation_step on the first batch raised {error}."
-                ),
-                torch.random.fork_rng(devices=cuda),
-                torch.inference_mode(),
-                precision.autocast(),
-            ):
-                val_metrics = list(validation_values(task.validation_step(model, batch), n, label))
-    finally:
-        model.train()
-        for p, g in grads.items():
-            p.grad = g
-        with torch.no_grad():
-            for name, b in model.named_buffers():
-                if name in buffers:
-                    b.copy_(buffers[name])
-    primary = getattr(task, "primary", "loss")
-    if primary not in val_metrics:
+            out = task.validation_step(model, batch)
+            val_metrics = ["loss"] if out is None else list(validation_values(out, n, label))
+    if task.primary not in val_metrics:
         raise UserError(
-            f"{label}: its primary metric {primary!r:.40} is not among the validation metrics"
-            f" ({', '.join(val_metrics)}); set the task's primary to one of them."
+            f"{label}: its primary metric {task.primary!r:.40} is not among the validation"
+            f" metrics ({', '.join(val_metrics)}); set the task's primary to one of them."
         )
-    return tuple(metrics), val_metrics, flops
+    return tuple(metrics), val_metrics, per_sample(total, n)
 
 
 def wrap_model(
-    model: nn.Module, cfg: Config, device: torch.device, dist: DistInfo
-) -> tuple[nn.Module, nn.Module | None]:
-    """DDP wraps the module already on its device; compile goes over the DDP wrapper
-    (the order PyTorch documents, so DDPOptimizer splits graphs at bucket boundaries)."""
-    wrapped: nn.Module = model
-    ddp = None
-    if dist.world_size > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
-        ids = [device.index] if device.type == "cuda" else None
-        wrapped = ddp = DistributedDataParallel(model, device_ids=ids)
+    model: nn.Module, cfg: Config, device: torch.device, strategy: Strategy
+) -> nn.Module:
+    """The strategy wraps the module already on its device (DDP); compile goes over the
+    wrapper (the order PyTorch documents, so DDPOptimizer splits graphs at bucket
+    boundaries)."""
+    wrapped = strategy.wrap(model)
     if want_compile(cfg, device):
         # compiling a Module returns an OptimizedModule (an nn.Module); the stubs say Callable
         wrapped = cast(nn.Module, torch.compile(wrapped, mode=cfg.train.compile_mode))
-    return wrapped, ddp
+    return wrapped

@@ -4,19 +4,23 @@ The unwrapped model (no `_orig_mod.` or `module.` prefixes), optimizer, schedule
 every RNG, the position (step, epoch, step within the epoch: the batch order depends only on
 seed and epoch, so that is the whole data-order state) and the open log interval's loss sum,
 so the first logged loss after a resume is bit-identical to the straight run's.
+
+The trainer owns that state: `Trainer.state_dict()` gives it and `Trainer.load_state_dict()`
+takes it back (engine/trainer.py); this module checks a checkpoint before a resume touches
+anything (`check_resumable`), puts a trainer back with its rank's own part (`restore`) and
+says what a change of world size changes. It never imports the trainer: `Resumable` is what
+it asks of one.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-import platform
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-import tuitrain
 from tuitrain.engine.checkpoint import (
     CheckpointError,
     check_compatible,
@@ -24,57 +28,35 @@ from tuitrain.engine.checkpoint import (
     rng_state,
     set_rng_state,
 )
+from tuitrain.engine.strategy import DistInfo
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only (setup does not import this module: no circle)
     from tuitrain.config import Config
-    from tuitrain.engine.trainer import Trainer
+    from tuitrain.engine.setup import RunParts
 
 FORMAT_VERSION = 1
 SOURCE_KEY = "_loaded_from"  # set on a loaded state: where the ranks' own files are
 
 
-def capture(trainer: Trainer) -> dict[str, Any]:
-    p = trainer.parts
-    scaler = p.precision.scaler
-    return {
-        "format": FORMAT_VERSION,
-        "preset": trainer.cfg.name,
-        "config": trainer.cfg.to_dict(),
-        "versions": {
-            "torch": str(torch.__version__),
-            "tuitrain": tuitrain.__version__,
-            "python": platform.python_version(),
-        },
-        "world_size": trainer.dist.world_size,
-        "global_batch": trainer.cfg.data.batch_size
-        * trainer.cfg.optim.grad_accum
-        * trainer.dist.world_size,
-        "steps_per_epoch": p.steps_per_epoch,
-        "step": trainer.step,
-        "epoch": trainer.epoch,
-        "epoch_step": trainer.epoch_step,
-        "samples": trainer.samples,
-        "val_acc": trainer.val_acc,
-        "val_loss": trainer.val_loss,
-        "val_metrics": dict(trainer.val_metrics),
-        "best": trainer.best,  # the primary metric's best so far, and evaluations since
-        "evals_since_best": trainer.evals_since_best,
-        "model": p.model.state_dict(),  # the plain module, never the compiled/DDP wrapper
-        "optimizer": p.optimizer.state_dict(),
-        "scheduler": p.scheduler.state_dict(),
-        "scaler": scaler.state_dict() if scaler is not None else None,
-        "rng": rng_state(),
-        "meter": trainer.meter.state_dict(),
-    }
+class Resumable(Protocol):
+    """What a resume needs of a trainer (engine/trainer.py's Trainer): its own state in and
+    out (`state_dict`, `load_state_dict`, and a DDP rank's own part), and where it runs."""
+
+    cfg: Config
+    dist: DistInfo
+    parts: RunParts
+    step: int
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def rank_state_dict(self) -> dict[str, Any]: ...
+
+    def load_rank_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-def capture_rank(trainer: Trainer) -> dict[str, Any]:
-    """What a DDP rank other than 0 adds to rank 0's checkpoint: its own RNG (dropout masks)
-    and its open loss window (its part of the next logged mean loss)."""
-    return {"step": trainer.step, "rng": rng_state(), "meter": trainer.meter.state_dict()}
-
-
-def world_size_change(trainer: Trainer, state: dict[str, Any]) -> str | None:
+def world_size_change(trainer: Resumable, state: dict[str, Any]) -> str | None:
     """What changes when a checkpoint saved by M ranks is resumed by N (None when M == N or
     the checkpoint predates the record of M)."""
     saved = state.get("world_size")
@@ -120,7 +102,7 @@ def check_resumable(cfg: Config, state: dict[str, Any]) -> None:
         )
     for key in ("val_acc", "val_loss"):
         value = state.get(key)
-        if value is not None and not (_is_number(value) and math.isfinite(value)):
+        if value is not None and not (is_number(value) and math.isfinite(value)):
             raise CheckpointError(
                 f"{where} has {key} = {value!r:.40}, not a number; it was altered: resume "
                 "from another checkpoint."
@@ -175,7 +157,7 @@ def _try_restore(cfg: Config, state: dict[str, Any], where: str) -> None:
         optimizer.step()
         part = "scheduler"
         schedule.step()
-        if not all(_is_number(lr) and math.isfinite(lr) for lr in schedule.get_last_lr()):
+        if not all(is_number(lr) and math.isfinite(lr) for lr in schedule.get_last_lr()):
             raise ValueError(f"learning rates {schedule.get_last_lr()!r:.60}")
         part = "scaler"
         scaler = state.get("scaler")
@@ -210,7 +192,7 @@ def _try_restore(cfg: Config, state: dict[str, Any], where: str) -> None:
         ) from None
 
 
-def _is_number(value: object) -> bool:
+def is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -229,37 +211,14 @@ def _same_kind(value: object, own: object) -> bool:
         )
     if isinstance(value, torch.Tensor):
         return value.numel() == 1 and bool(torch.isfinite(value).all())
-    return _is_number(value) and math.isfinite(value)  # type: ignore[arg-type]
+    return is_number(value) and math.isfinite(value)  # type: ignore[arg-type]
 
 
-def restore(trainer: Trainer, state: dict[str, Any]) -> str | None:
-    """Put `trainer` back at the checkpoint; returns a warning when this DDP rank's own
-    state is missing (the resume is then not bit-exact on this rank)."""
-    p = trainer.parts
-    check_compatible(state, p.model, trainer.cfg.name)
-    p.model.load_state_dict(state["model"])
-    p.optimizer.load_state_dict(state["optimizer"])
-    p.scheduler.load_state_dict(state["scheduler"])
-    if p.precision.scaler is not None and state.get("scaler"):
-        p.precision.scaler.load_state_dict(state["scaler"])
-    set_rng_state(state["rng"])
-    trainer.step = int(state["step"])
-    trainer.epoch = int(state["epoch"])
-    trainer.epoch_step = int(state["epoch_step"])
-    trainer.samples = int(state["samples"])
-    trainer.val_acc = state.get("val_acc")
-    trainer.val_loss = state.get("val_loss")
-    metrics = state.get("val_metrics")
-    if isinstance(metrics, dict):
-        trainer.val_metrics = {
-            k: v for k, v in metrics.items() if isinstance(k, str) and _is_number(v)
-        }
-    best: Any = state.get("best")
-    trainer.best = float(best) if _is_number(best) and math.isfinite(best) else None
-    since = state.get("evals_since_best")
-    trainer.evals_since_best = since if isinstance(since, int) and since >= 0 else 0
-    trainer.meter.load_state_dict(state["meter"])
-    trainer.last_saved_step = trainer.step
+def restore(trainer: Resumable, state: dict[str, Any]) -> str | None:
+    """Put `trainer` back at the checkpoint (its `load_state_dict`), and a DDP rank other
+    than 0 at its own state saved beside it; returns a warning when that is missing (the
+    resume is then not bit-exact on this rank)."""
+    trainer.load_state_dict(state)
     rank = trainer.dist.rank
     if rank == 0:
         return None
@@ -271,6 +230,5 @@ def restore(trainer: Trainer, state: dict[str, Any]) -> str | None:
             "with rank 0's RNG, so its dropout masks (and the first logged loss) differ from "
             "an uninterrupted run"
         )
-    set_rng_state(own["rng"])
-    trainer.meter.load_state_dict(own["meter"])
+    trainer.load_rank_state_dict(own)
     return None

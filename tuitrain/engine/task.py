@@ -1,19 +1,25 @@
 """What is trained: the loss and the metrics, as a swappable part of the engine.
 
-A task is any object with
+The engine trains through `Task` (below): its methods and declarations, with no-op defaults.
 
 * `training_step(model, batch)` -> the loss (a scalar tensor), or `(loss, {name: scalar})`;
-* optionally `validation_step(model, batch)` -> `{name: tensor}`: a scalar (the batch's mean)
-  or one value per item (a 1-D tensor of the batch's length); the engine averages each over
-  the validation set, weighted by the batch size; `loss` becomes the eval record's `val_loss`,
-  `acc` its `val_acc`, any other `name` `val_<name>`;
-* optionally `batch_size(batch)` (default: the first dimension of the first tensor),
-  `tokens(batch)` (an int: the records then carry `tokens_per_s`), `primary` and `mode` (the
-  validation metric that best-so-far, parity and alerts use: default `loss` / `min`),
-  `metrics` (`{name: {"goal": "min"|"max", "format": "float"|"pct", "unit": str}}`, how
-  readers show each metric), `tolerance` (the parity gap that passes, in the primary
-  metric's units) and `sample(model, device)` (a short text shown as an event after each
-  evaluation).
+* `validation_step(model, batch)` -> `{name: tensor}`: a scalar (the batch's mean) or one
+  value per item (a 1-D tensor of the batch's length); the engine averages each over the
+  validation set, weighted by the batch size; `loss` becomes the eval record's `val_loss`,
+  `acc` its `val_acc`, any other `name` `val_<name>`. The default (None): the training loss
+  on the validation set;
+* `batch_size(batch)` (default: the first dimension of the first tensor), `tokens(batch)`
+  (an int: the records then carry `tokens_per_s`; default None, not counted), `primary` and
+  `mode` (the validation metric that best-so-far, parity and alerts use: default `loss` /
+  `min`), `metrics` (`{name: {"goal": "min"|"max", "format": "float"|"pct", "unit": str}}`,
+  how readers show each metric), `tolerance` (the parity gap that passes, in the primary
+  metric's units), `chance` (`{name: value}` a model that guesses scores: the divergence
+  alert's reference) and `sample(model, device)` (a short text shown as an event after each
+  evaluation; default None).
+
+A user's task need not subclass `Task`: any object with `training_step` is adapted once, when
+the task is built (`as_task`), to a `Task` that forwards to what it has; the engine then
+calls a Task's methods and never probes for them.
 
 The engine keeps everything around the step: autocast, the GradScaler, accumulation,
 clipping, DDP, the FLOP count, exact resume. Tasks here: `classify` (today's image
@@ -28,7 +34,7 @@ import inspect
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -42,7 +48,127 @@ from tuitrain.metrics.records import CONTRACT_FIELDS, USER_PREFIX, user_field
 METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]{0,63}")
 
 
-class ClassifyTask:
+class Task:
+    """What the engine trains through. Subclass it and override `training_step` (required)
+    and whatever else the task has; every other method and declaration has a default that
+    does nothing of its own. The engine never probes a task: it calls these."""
+
+    name: str | None = None  # None: the header names the task by its spec (`task.name`)
+    primary: str = "loss"  # the validation metric best-so-far, parity and alerts use
+    mode: str = "min"  # "min" or "max": which way `primary` is better
+    tolerance: float | None = None  # the parity gap that passes, in primary's units
+    metrics: Mapping[str, Any] = {}  # {name: {"goal", "format", "unit"}}: how readers show it
+    chance: Mapping[str, float] = {}  # {name: value} a uniform guess scores
+    # the model returns class logits of shape (N, data.num_classes): before the dry step the
+    # engine checks the model on one zero input and says in one sentence what does not fit
+    logits: bool = False
+
+    def training_step(self, model: nn.Module, batch: Any) -> Any:
+        """The loss (a scalar float tensor), or (loss, {name: scalar})."""
+        raise NotImplementedError
+
+    def validation_step(self, model: nn.Module, batch: Any) -> Mapping[str, Any] | None:
+        """{name: batch mean or per-item values}; None: the training loss on the val set."""
+        return None
+
+    def batch_size(self, batch: Any) -> int | None:
+        """How many items `batch` holds; None: no tensor with a batch dimension in it."""
+        t = first_tensor(batch)
+        return None if t is None or t.dim() == 0 else int(t.shape[0])
+
+    def tokens(self, batch: Any) -> int | None:
+        """How many tokens `batch` holds (records then carry tokens_per_s); None: not counted."""
+        return None
+
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether `tokens` is the task's own (the header's `task.tokens`)."""
+        return type(self).tokens is not Task.tokens
+
+    def sample(self, model: nn.Module, device: torch.device) -> str | None:
+        """A short text shown as an event after each evaluation (rank 0); None: none."""
+        return None
+
+
+class TaskAdapter(Task):
+    """A user's task object that is no `Task`: what it has, looked up once, as a Task."""
+
+    def __init__(self, obj: Any, spec: str) -> None:
+        self.obj = obj
+        self.label = f"task.name = {spec!r}"
+        self.name = str(getattr(obj, "name", spec))
+        self.primary = getattr(obj, "primary", "loss")
+        self.mode = getattr(obj, "mode", "min")
+        self.tolerance = getattr(obj, "tolerance", None)
+        self.metrics = getattr(obj, "metrics", None) or {}
+        self.chance = getattr(obj, "chance", None) or {}
+        self._training_step = obj.training_step
+        self._validation_step = _method(obj, "validation_step")
+        self._batch_size = _method(obj, "batch_size")
+        self._tokens = _method(obj, "tokens")
+        self._sample = _method(obj, "sample")
+
+    def training_step(self, model: nn.Module, batch: Any) -> Any:
+        return self._training_step(model, batch)
+
+    def validation_step(self, model: nn.Module, batch: Any) -> Mapping[str, Any] | None:
+        if self._validation_step is None:
+            return None
+        out = self._validation_step(model, batch)
+        if out is None:  # a validation_step of its own that gives nothing: as any non-dict
+            raise UserError(
+                f"{self.label}: validation_step returned a NoneType; it must return a dict"
+                " {name: tensor} (a batch mean, or one value per item)."
+            )
+        return cast("Mapping[str, Any]", out)
+
+    def batch_size(self, batch: Any) -> int | None:
+        if self._batch_size is None:
+            return super().batch_size(batch)
+        n = self._batch_size(batch)
+        if n is None:  # its own batch_size gave None: not "no tensor in the batch"
+            raise UserError(f"{self.label}: batch_size(batch) gave None; it must be an int >= 1.")
+        return cast(int, n)
+
+    def tokens(self, batch: Any) -> int | None:
+        return None if self._tokens is None else cast(int, self._tokens(batch))
+
+    @property
+    def counts_tokens(self) -> bool:
+        return self._tokens is not None
+
+    def sample(self, model: nn.Module, device: torch.device) -> str | None:
+        return None if self._sample is None else cast("str | None", self._sample(model, device))
+
+
+def _method(obj: Any, name: str) -> Any:
+    found = getattr(obj, name, None)
+    return found if callable(found) else None
+
+
+def as_task(obj: Any, spec: str) -> Task:
+    """`obj` as a Task: itself when it is one, else adapted (`TaskAdapter`); one sentence
+    when it has no training_step or declares a mode other than min/max."""
+    if isinstance(obj, Task):
+        if type(obj).training_step is Task.training_step:
+            raise UserError(
+                f"task.name = {spec!r} returned a {type(obj).__name__} that does not override"
+                " training_step; a task needs training_step(model, batch) returning the loss."
+            )
+        task = obj
+    else:
+        if not callable(getattr(obj, "training_step", None)):
+            raise UserError(
+                f"task.name = {spec!r} returned a {type(obj).__name__} without a training_step"
+                " method; a task needs training_step(model, batch) returning the loss."
+            )
+        task = TaskAdapter(obj, spec)
+    if task.mode not in ("min", "max"):
+        raise UserError(f"task.name = {spec!r}: its mode is {task.mode!r:.40}; use 'min' or 'max'.")
+    return task
+
+
+class ClassifyTask(Task):
     """Image classification: cross-entropy over class indices (with the configured label
     smoothing for training; the val loss is plain cross-entropy), accuracy per image."""
 
@@ -50,6 +176,7 @@ class ClassifyTask:
     primary = "acc"
     mode = "max"
     tolerance = 0.005  # half a point of accuracy (parity's McNemar rule keeps its own test)
+    logits = True
     metrics = {
         "loss": {"goal": "min", "format": "float", "unit": "nats"},
         "acc": {"goal": "max", "format": "pct", "unit": ""},
@@ -80,7 +207,7 @@ def eval_key(name: str) -> str:
     return f"val_{name}"
 
 
-def build_task(cfg: Config, offered: Mapping[str, Any]) -> Any:
+def build_task(cfg: Config, offered: Mapping[str, Any]) -> Task:
     """The task named by `task.name`: classify, charlm, or a user factory."""
     name = cfg.task.name
     if name == "classify":
@@ -100,15 +227,7 @@ def build_task(cfg: Config, offered: Mapping[str, Any]) -> Any:
         lambda error: f"task.name = {name!r}: {name}(...) raised {error}; fix the factory."
     ):
         task = factory(**kwargs)
-    if not callable(getattr(task, "training_step", None)):
-        raise UserError(
-            f"task.name = {name!r} returned a {type(task).__name__} without a training_step"
-            " method; a task needs training_step(model, batch) returning the loss."
-        )
-    mode = getattr(task, "mode", "min")
-    if mode not in ("min", "max"):
-        raise UserError(f"task.name = {name!r}: its mode is {mode!r:.40}; use 'min' or 'max'.")
-    return task
+    return as_task(task, name)
 
 
 def accepted_kwargs(factory: Any, offered: Mapping[str, Any]) -> dict[str, Any]:
@@ -222,19 +341,15 @@ def first_tensor(batch: Any) -> torch.Tensor | None:
     return None
 
 
-def batch_size_of(task: Any, batch: Any, label: str) -> int:
-    """The task's batch_size(batch), or the first dimension of the batch's first tensor."""
-    own = getattr(task, "batch_size", None)
-    if callable(own):
-        n = own(batch)
-    else:
-        t = first_tensor(batch)
-        if t is None or t.dim() == 0:
-            raise UserError(
-                f"{label}: a batch holds no tensor with a batch dimension; give the task a"
-                " batch_size(batch) method."
-            )
-        n = t.shape[0]
+def batch_size_of(task: Task, batch: Any, label: str) -> int:
+    """The task's batch_size(batch) (by default the first dimension of the batch's first
+    tensor), checked: one sentence when it is no int >= 1."""
+    n = task.batch_size(batch)
+    if n is None:
+        raise UserError(
+            f"{label}: a batch holds no tensor with a batch dimension; give the task a"
+            " batch_size(batch) method."
+        )
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise UserError(f"{label}: batch_size(batch) gave {n!r:.40}; it must be an int >= 1.")
     return n
@@ -257,14 +372,13 @@ def to_device(batch: Any, device: torch.device) -> Any:
 
 
 def declarations(
-    task: Any, train_metrics: list[str], val_metrics: list[str], spec: str = "custom"
+    task: Task, train_metrics: list[str], val_metrics: list[str], spec: str = "custom"
 ) -> dict[str, Any]:
     """What the header says about the task's metrics, so readers need no constants:
     `{"name", "primary": field, "mode", "tolerance", "metrics": [{name, split, goal, format,
     unit}]}` with the train and eval records' field names."""
-    own: Mapping[str, Any] = getattr(task, "metrics", None) or {}
-    primary = getattr(task, "primary", "loss")
-    mode = getattr(task, "mode", "min")
+    own: Mapping[str, Any] = task.metrics or {}
+    primary, mode = task.primary, task.mode
 
     def declare(name: str, split: str) -> dict[str, Any]:
         given = name.removeprefix(USER_PREFIX) if name.startswith(USER_PREFIX) else name
@@ -284,11 +398,11 @@ def declarations(
             "unit": str(spec.get("unit", ""))[:32],
         }
 
-    tolerance = getattr(task, "tolerance", None)
+    tolerance = task.tolerance
     if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance > 0):
         tolerance = None
     return {
-        "name": str(getattr(task, "name", spec)),
+        "name": spec if task.name is None else str(task.name),
         "primary": eval_key(primary) if primary in val_metrics else None,
         "mode": mode,
         "tolerance": tolerance,

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import contextlib
 import math
+import platform
 import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
 
+import tuitrain
 from tuitrain.config import Config
+from tuitrain.engine.checkpoint import check_compatible, rng_state, set_rng_state
 from tuitrain.engine.control import Control
 from tuitrain.engine.device import synchronize
 from tuitrain.engine.diagnostics import Diagnostics
@@ -28,6 +31,7 @@ from tuitrain.engine.precision import bf16_supported
 from tuitrain.engine.profiling import StepProfiler
 from tuitrain.engine.ranktime import ForwardClock
 from tuitrain.engine.setup import DistInfo, RunParts
+from tuitrain.engine.state import FORMAT_VERSION, is_number
 from tuitrain.engine.task import (
     batch_size_of,
     eval_key,
@@ -47,7 +51,8 @@ warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step
 
 
 class Trainer:
-    """Owns the parts of one run and the loop state (step, epoch, position in the epoch)."""
+    """Owns the parts of one run and the loop state (step, epoch, position in the epoch),
+    and gives and takes that state whole: `state_dict()` / `load_state_dict()`."""
 
     def __init__(
         self,
@@ -62,7 +67,8 @@ class Trainer:
         self.dist, self.run_dir = dist, run_dir
         self.task = parts.task
         self.label = task_label(cfg)
-        self.count_tokens = callable(getattr(self.task, "tokens", None))
+        self.strategy = parts.strategy
+        self.count_tokens = self.task.counts_tokens
         self.meter = IntervalMeter(
             parts.device,
             parts.precision,
@@ -117,7 +123,7 @@ class Trainer:
             str(parts.device),
             alerts={
                 **settings["alerts"],
-                "chance_loss": (getattr(parts.task, "chance", None) or {}).get("loss"),
+                "chance_loss": self.task.chance.get("loss"),
             },
             control=control,
             is_main=dist.is_main,
@@ -142,16 +148,15 @@ class Trainer:
             t0 = time.perf_counter()
             batch = next(batches)  # the time blocked here is the data wait
             self.meter.data_wait_s += time.perf_counter() - t0
-            # DDP: all-reduce the gradients only on the micro-batch that steps
-            no_sync = p.ddp is not None and micro < accum - 1
-            with cast(Any, p.ddp).no_sync() if no_sync else contextlib.nullcontext():
+            # the gradients synced over the ranks only on the micro-batch that steps
+            with self.strategy.no_sync(micro < accum - 1):
                 with p.precision.autocast(), self.timed_forward():
                     out = self.task.training_step(model, batch)
                 loss, metrics = split_training_output(out, self.label)
                 if self.check_every_step and not torch.isfinite(loss):
                     raise self.nonfinite_loss(loss)
                 p.precision.scale(loss / accum).backward()
-            tokens = int(self.task.tokens(batch)) if self.count_tokens else 0
+            tokens = int(self.task.tokens(batch) or 0) if self.count_tokens else 0
             self.meter.add_micro(loss, batch_size_of(self.task, batch, self.label), metrics, tokens)
         if need_grad_norm or self.cfg.optim.grad_clip > 0:
             p.precision.unscale_(optimizer)  # clip the true gradients, not the scaled ones
@@ -269,11 +274,9 @@ class Trainer:
     def log_point(self) -> None:
         record = self.meter.record(self.step, self.fractional_epoch(), self.samples, self.lr)
         built = time.perf_counter()  # from here on: the monitor's cost, in the next record
-        if self.dist.world_size > 1:  # every rank gets the same mean loss, so the same verdict
-            from tuitrain.engine.distributed import gather_metrics
-
-            gather_metrics(record, self.dist, self.parts.device, self.parts.train_metrics)
-            self.meter.note_sync()  # the all-gather's result read on the host
+        # merged over the ranks: every rank gets the same mean loss, so the same verdict
+        if self.strategy.gather_metrics(record, self.parts.train_metrics):
+            self.meter.note_sync()  # the merge's result read on the host
         if record["loss"] is None or not math.isfinite(record["loss"]):
             self.diagnostics.alert_nonfinite(self.step)
             raise TrainingError(
@@ -333,12 +336,11 @@ class Trainer:
 
     def save_rank_state(self) -> None:
         from tuitrain.engine.checkpoint import save_rank_state
-        from tuitrain.engine.state import capture_rank
 
         assert self.run_dir is not None
         try:
             save_rank_state(
-                self.run_dir, self.step, self.dist.rank, capture_rank(self),
+                self.run_dir, self.step, self.dist.rank, self.rank_state_dict(),
                 self.cfg.checkpoint.keep,
             )  # fmt: skip
         except OSError as exc:
@@ -365,12 +367,12 @@ class Trainer:
         count = 0
         items: list[torch.Tensor] = []
         primary = self.primary[len("val_") :] if self.primary else None
-        validate = getattr(self.task, "validation_step", None)
         with torch.inference_mode(), p.precision.autocast():
             for batch in p.data.val.batches(0):
                 n = batch_size_of(self.task, batch, self.label)
-                if callable(validate):
-                    values = validation_values(validate(p.model, batch), n, self.label)
+                out = self.task.validation_step(p.model, batch)
+                if out is not None:
+                    values = validation_values(out, n, self.label)
                 else:  # no validation_step: the training loss on the validation set
                     loss, _ = split_training_output(
                         self.task.training_step(p.model, batch), self.label
@@ -442,7 +444,7 @@ class Trainer:
     def judge_chance(self) -> None:
         """The divergence alert's second half: after an epoch, the primary metric no better
         than chance (a task that declares its chance level: classify, 1/K accuracy)."""
-        chance = getattr(self.task, "chance", None) or {}
+        chance = self.task.chance
         name = self.primary[len("val_") :] if self.primary else None
         value = self.val_metrics.get(self.primary) if self.primary else None
         level = chance.get(name) if name else None
@@ -471,14 +473,13 @@ class Trainer:
 
     def write_sample(self) -> None:
         """The task's sample (charlm: text from a fixed prompt) as an event, rank 0 only."""
-        sample = getattr(self.task, "sample", None)
-        if not callable(sample) or not self.dist.is_main:
+        if not self.dist.is_main:
             return
         p = self.parts
         p.model.eval()
         try:
             with torch.inference_mode(), p.precision.autocast():
-                text = sample(p.model, p.device)
+                text = self.task.sample(p.model, p.device)
         finally:
             p.model.train()
         if isinstance(text, str) and text:
@@ -502,11 +503,10 @@ class Trainer:
 
     def save_main(self, reason: str) -> Path | None:
         from tuitrain.engine.checkpoint import checkpoint_dir, list_checkpoints, save_checkpoint
-        from tuitrain.engine.state import capture
 
         assert self.run_dir is not None
         try:
-            path = save_checkpoint(self.run_dir, capture(self), self.cfg.checkpoint.keep)
+            path = save_checkpoint(self.run_dir, self.state_dict(), self.cfg.checkpoint.keep)
         except OSError as exc:
             self.checkpoint_failure = str(exc.strerror or exc)
             kept = list_checkpoints(checkpoint_dir(self.run_dir))
@@ -534,3 +534,79 @@ class Trainer:
         )
         self.meter.restart_clock()  # the save is not training time
         return path
+
+    # ---------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a checkpoint holds (engine/state.py says what and why): the model under
+        plain names (the strategy's), optimizer, scheduler, GradScaler, every RNG, the
+        position and the open log interval, and what the evaluations so far decided."""
+        p = self.parts
+        scaler = p.precision.scaler
+        return {
+            "format": FORMAT_VERSION,
+            "preset": self.cfg.name,
+            "config": self.cfg.to_dict(),
+            "versions": {
+                "torch": str(torch.__version__),
+                "tuitrain": tuitrain.__version__,
+                "python": platform.python_version(),
+            },
+            "world_size": self.dist.world_size,
+            "global_batch": self.cfg.data.batch_size
+            * self.cfg.optim.grad_accum
+            * self.dist.world_size,
+            "steps_per_epoch": p.steps_per_epoch,
+            "step": self.step,
+            "epoch": self.epoch,
+            "epoch_step": self.epoch_step,
+            "samples": self.samples,
+            "val_acc": self.val_acc,
+            "val_loss": self.val_loss,
+            "val_metrics": dict(self.val_metrics),
+            "best": self.best,  # the primary metric's best so far, and evaluations since
+            "evals_since_best": self.evals_since_best,
+            "model": self.strategy.model_state_dict(),  # never the compiled/DDP wrapper's
+            "optimizer": p.optimizer.state_dict(),
+            "scheduler": p.scheduler.state_dict(),
+            "scaler": scaler.state_dict() if scaler is not None else None,
+            "rng": rng_state(),
+            "meter": self.meter.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put this trainer back where `state` (a `state_dict()`, checked by
+        `state.check_resumable`) was; refused when it does not fit the model."""
+        p = self.parts
+        check_compatible(state, p.model, self.cfg.name)
+        self.strategy.load_model_state_dict(state["model"])
+        p.optimizer.load_state_dict(state["optimizer"])
+        p.scheduler.load_state_dict(state["scheduler"])
+        if p.precision.scaler is not None and state.get("scaler"):
+            p.precision.scaler.load_state_dict(state["scaler"])
+        set_rng_state(state["rng"])
+        self.step = int(state["step"])
+        self.epoch = int(state["epoch"])
+        self.epoch_step = int(state["epoch_step"])
+        self.samples = int(state["samples"])
+        self.val_acc = state.get("val_acc")
+        self.val_loss = state.get("val_loss")
+        metrics = state.get("val_metrics")
+        if isinstance(metrics, dict):
+            self.val_metrics = {
+                k: v for k, v in metrics.items() if isinstance(k, str) and is_number(v)
+            }
+        best: Any = state.get("best")
+        self.best = float(best) if is_number(best) and math.isfinite(best) else None
+        since = state.get("evals_since_best")
+        self.evals_since_best = since if isinstance(since, int) and since >= 0 else 0
+        self.meter.load_state_dict(state["meter"])
+        self.last_saved_step = self.step
+
+    def rank_state_dict(self) -> dict[str, Any]:
+        """What a DDP rank other than 0 adds to rank 0's checkpoint: its own RNG (dropout
+        masks) and its open loss window (its part of the next logged mean loss)."""
+        return {"step": self.step, "rng": rng_state(), "meter": self.meter.state_dict()}
+
+    def load_rank_state_dict(self, state: dict[str, Any]) -> None:
+        set_rng_state(state["rng"])
+        self.meter.load_state_dict(state["meter"])
