@@ -12,9 +12,19 @@ from tests.engine.test_trainer import ListSink
 from tuitrain.engine import run
 from tuitrain.engine.flops import count_flops_per_sample, measure_peak, peak_dtype, table_peak
 from tuitrain.engine.models import FashionCNN
+from tuitrain.engine.task import ClassifyTask
 from tuitrain.metrics.format import format_train_line
 
 CPU = torch.device("cpu")
+
+
+def classify_flops(model: nn.Module, batch: int = 2) -> float | None:
+    """The count on the classify task's training step over `batch` zero images: the step
+    every task's FLOPs come from (the dry step counts it on the first validation batch)."""
+    x = torch.zeros((batch, 1, 28, 28))
+    y = torch.zeros(batch, dtype=torch.long)
+    task = ClassifyTask()
+    return count_flops_per_sample(model, lambda m: task.training_step(m, (x, y)), batch, CPU)
 
 
 def conv(cin: int, cout: int, k: int, hout: int, wout: int) -> int:
@@ -33,7 +43,7 @@ def test_flop_count_of_the_seeds_cnn_matches_a_hand_count() -> None:
     first = conv(1, 32, 3, 28, 28)
     forward = first + conv(32, 64, 3, 14, 14) + linear(64 * 7 * 7, 256) + linear(256, 10)
     by_hand = 3 * forward - first
-    counted = count_flops_per_sample(FashionCNN(), (1, 28, 28), 10, CPU)
+    counted = classify_flops(FashionCNN())
     assert counted is not None
     assert counted == pytest.approx(by_hand, rel=0.03)
     assert counted == pytest.approx(27.4e6, rel=0.01)  # about 27 MFLOP per training sample
@@ -60,7 +70,7 @@ def test_the_count_leaves_rng_gradients_and_batch_norm_statistics_alone() -> Non
         model.net[1].running_mean.fill_(0.25)  # not what a batch of zeros would give
     buffers = {k: v.clone() for k, v in model.named_buffers()}
     rng = torch.get_rng_state()
-    flops = count_flops_per_sample(model, (1, 28, 28), 10, CPU, batch=4)
+    flops = classify_flops(model, batch=4)
     assert flops is not None and flops > 0
     assert torch.equal(torch.get_rng_state(), rng)
     for name, value in model.named_buffers():
@@ -78,7 +88,7 @@ def test_a_model_the_counter_cannot_follow_gives_none() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             raise RuntimeError("no")
 
-    assert count_flops_per_sample(Broken(), (1, 28, 28), 10, CPU) is None
+    assert classify_flops(Broken()) is None
 
 
 @pytest.mark.parametrize(
