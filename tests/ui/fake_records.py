@@ -1,4 +1,4 @@
-"""Deterministic records in the metric contract's shape, for snapshot tests and demos.
+"""Deterministic records made by the contract's own builders, for snapshot tests and demos.
 
 No randomness and no clock: the same calls give the same records, so screenshots of an
 engine-less app fed with them are stable.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tuitrain.metrics.records import eval_record, event_record, header_record, train_record
 from tuitrain.metrics.sinks import TimelineStoreSink
 from tuitrain.metrics.store import MetricStore
 
@@ -17,50 +18,51 @@ GiB = 1 << 30
 
 def header(precision: str = "fp16", device: str = "cuda", total_steps: int = 600) -> dict:
     on_cuda = device.startswith("cuda")
-    return {
-        "type": "header",
-        "preset": f"fashion-{precision}",
-        "config": {
-            "preset": {"description": "deterministic test records"},
-            "model": {"name": "fashion_cnn", "dropout": 0.5, "channels_last": False},
-            "data": {
-                "name": "fashion_mnist",
-                "loader": "dataloader" if on_cuda else "device",
-                "batch_size": 256,
-                "num_workers": 2,
-                "pin_memory": True,
+    return header_record(
+        **{
+            "preset": f"fashion-{precision}",
+            "config": {
+                "preset": {"description": "deterministic test records"},
+                "model": {"name": "fashion_cnn", "dropout": 0.5, "channels_last": False},
+                "data": {
+                    "name": "fashion_mnist",
+                    "loader": "dataloader" if on_cuda else "device",
+                    "batch_size": 256,
+                    "num_workers": 2,
+                    "pin_memory": True,
+                },
+                "optim": {
+                    "name": "adamw",
+                    "lr": 3e-3,
+                    "schedule": "cosine",
+                    "warmup_steps": 50,
+                    "grad_accum": 1,
+                },
+                "train": {"epochs": 3, "log_every": 2},
+                "run": {"run_dir": ""},
             },
-            "optim": {
-                "name": "adamw",
-                "lr": 3e-3,
-                "schedule": "cosine",
-                "warmup_steps": 50,
-                "grad_accum": 1,
-            },
-            "train": {"epochs": 3, "log_every": 2},
-            "run": {"run_dir": ""},
-        },
-        "device": "cuda:0" if on_cuda else "cpu",
-        "device_name": "NVIDIA H200" if on_cuda else "CPU (AVX512, 2 threads)",
-        "device_memory_bytes": 140 * GiB if on_cuda else None,
-        "precision": precision,
-        "tf32": on_cuda,  # an H200: fp32 matmuls as TF32 (train.tf32 on)
-        "compile": on_cuda,
-        "world_size": 1,
-        "torch": "2.14.1",
-        "tuitrain": "0.1.0",
-        "python": "3.11.7",
-        "time": "2026-01-01T00:00:00+00:00",
-        "data": "Fashion-MNIST (60,000 train / 10,000 val)",
-        "params": 824458,
-        "global_batch": 256,
-        "steps_per_epoch": 200,
-        "total_steps": total_steps,
-        "run_dir": "runs/snapshot-run",
-        "flops_per_sample": FLOPS_PER_SAMPLE,
-        "peak_tflops": H200_PEAK[precision] if on_cuda else None,
-        "peak_source": f"table: H200 {precision} dense" if on_cuda else "none known for cpu",
-    }
+            "device": "cuda:0" if on_cuda else "cpu",
+            "device_name": "NVIDIA H200" if on_cuda else "CPU (AVX512, 2 threads)",
+            "device_memory_bytes": 140 * GiB if on_cuda else None,
+            "precision": precision,
+            "tf32": on_cuda,  # an H200: fp32 matmuls as TF32 (train.tf32 on)
+            "compile": on_cuda,
+            "world_size": 1,
+            "torch": "2.14.1",
+            "tuitrain": "0.1.0",
+            "python": "3.11.7",
+            "time": "2026-01-01T00:00:00+00:00",
+            "data": "Fashion-MNIST (60,000 train / 10,000 val)",
+            "params": 824458,
+            "global_batch": 256,
+            "steps_per_epoch": 200,
+            "total_steps": total_steps,
+            "run_dir": "runs/snapshot-run",
+            "flops_per_sample": FLOPS_PER_SAMPLE,
+            "peak_tflops": H200_PEAK[precision] if on_cuda else None,
+            "peak_source": f"table: H200 {precision} dense" if on_cuda else "none known for cpu",
+        }
+    )
 
 
 def train(step: int, precision: str, on_cuda: bool) -> dict[str, Any]:
@@ -73,28 +75,29 @@ def train(step: int, precision: str, on_cuda: bool) -> dict[str, Any]:
         skipped = sum(1 for s in overflows if s <= step)
         scale = 65536.0 * 2 ** (step // 100) / 2**skipped
     alloc = (1.2 + 0.05 * math.sin(step / 9)) * GiB
-    return {
-        "type": "train",
-        "step": step,
-        "epoch": round(step / 200, 4),
-        "samples": step * 256,
-        "loss": loss,
-        "lr": 3e-3 * 0.5 * (1 + math.cos(math.pi * step / 600)),
-        "samples_per_s": 41000 + 3000 * math.sin(step / 11.0) + (0 if step > 20 else -15000),
-        "step_time_s": 256 / 41000,
-        "data_wait_s": wait * 0.0125,
-        "data_wait_frac": wait,
-        "mem_alloc_bytes": alloc if on_cuda else None,
-        "mem_reserved_bytes": 2.0 * GiB if on_cuda else None,
-        "mem_peak_bytes": 1.6 * GiB if on_cuda else None,
-        "host_rss_bytes": 812 * (1 << 20) + step * 4096,
-        "gpu_util_pct": 87.0 if on_cuda else None,
-        "gpu_mem_used_bytes": 2.6 * GiB if on_cuda else None,
-        "grad_scale": scale,
-        "skipped_steps": skipped,
-        "grad_norm": 1.5 + 2.0 * math.exp(-step / 80),
-        **flops_fields(step, precision, on_cuda),
-    }
+    return train_record(
+        step=step,
+        epoch=step / 200,
+        samples=step * 256,
+        loss=loss,
+        lr=3e-3 * 0.5 * (1 + math.cos(math.pi * step / 600)),
+        samples_per_s=41000 + 3000 * math.sin(step / 11.0) + (0 if step > 20 else -15000),
+        step_time_s=256 / 41000,
+        data_wait_s=wait * 0.0125,
+        data_wait_frac=wait,
+        telemetry={
+            "mem_alloc_bytes": alloc if on_cuda else None,
+            "mem_reserved_bytes": 2.0 * GiB if on_cuda else None,
+            "mem_peak_bytes": 1.6 * GiB if on_cuda else None,
+            "host_rss_bytes": 812 * (1 << 20) + step * 4096,
+            "gpu_util_pct": 87.0 if on_cuda else None,
+            "gpu_mem_used_bytes": 2.6 * GiB if on_cuda else None,
+        },
+        grad_scale=scale,
+        skipped_steps=skipped,
+        grad_norm=1.5 + 2.0 * math.exp(-step / 80),
+        monitor=flops_fields(step, precision, on_cuda),
+    )
 
 
 FLOPS_PER_SAMPLE = 27_411_456.0  # the seeds' CNN, forward + backward (FlopCounterMode)
@@ -121,43 +124,28 @@ def records(precision: str = "fp16", device: str = "cuda", steps: int = 400) -> 
     out: list[dict[str, Any]] = [header(precision, device)]
     if on_cuda:
         out.append(
-            {
-                "type": "event",
-                "level": "info",
-                "kind": "compile_done",
-                "seconds": 21.4,
-                "message": "torch.compile done in 21.4 s (first step, not counted in throughput)",
-            }
+            event_record(
+                "torch.compile done in 21.4 s (first step, not counted in throughput)",
+                kind="compile_done",
+                seconds=21.4,
+            )
         )
     for step in range(2, steps + 1, 2):
         out.append(train(step, precision, on_cuda))
         if step == 4:
             out.append(
-                {
-                    "type": "event",
-                    "level": "warning",
-                    "kind": "data_wait",
-                    "message": "data wait 12% of step time (warning): raise data.num_workers",
-                }
+                event_record(
+                    "data wait 12% of step time (warning): raise data.num_workers",
+                    level="warning",
+                    kind="data_wait",
+                )
             )
         if step % 200 == 0:
             epoch = step // 200
+            metrics = {"loss": 0.52 - 0.1 * epoch, "acc": 0.81 + 0.03 * epoch}
+            out.append(eval_record(step, metrics, epoch=float(epoch)))
             out.append(
-                {
-                    "type": "eval",
-                    "step": step,
-                    "epoch": float(epoch),
-                    "val_loss": 0.52 - 0.1 * epoch,
-                    "val_acc": 0.81 + 0.03 * epoch,
-                }
-            )
-            out.append(
-                {
-                    "type": "event",
-                    "level": "info",
-                    "kind": "checkpoint",
-                    "message": f"checkpoint saved at step {step} (epoch end)",
-                }
+                event_record(f"checkpoint saved at step {step} (epoch end)", kind="checkpoint")
             )
     return out
 
