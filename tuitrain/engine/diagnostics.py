@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -18,11 +17,10 @@ from typing import Any
 
 from tuitrain.engine.control import Control
 from tuitrain.errors import EXIT_FAILED
+from tuitrain.hooks import run_hook
 from tuitrain.metrics.alerts import Alert, AlertRules, nonfinite_metric
 from tuitrain.metrics.records import alert_event, data_wait_verdict, event_record
 from tuitrain.metrics.sinks import Sink
-
-HOOK_OUTPUT_CHARS = 200  # of a failed hook's stderr, in its event
 
 
 class Diagnostics:
@@ -128,24 +126,7 @@ class Diagnostics:
     def _hook(self, payload: str) -> None:
         command = str(self.alerts["on_alert"])
         timeout = float(self.alerts.get("on_alert_timeout_s", 10.0))
-        why = ""
-        try:
-            done = subprocess.run(
-                command,
-                shell=True,
-                input=payload + "\n",
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-            if done.returncode != 0:
-                tail = done.stderr.strip().splitlines()[-1:] or [""]
-                why = f"exit code {done.returncode} {tail[0][:HOOK_OUTPUT_CHARS]}".rstrip()
-        except subprocess.TimeoutExpired:
-            why = f"still running after {timeout:g} s, stopped"
-        except OSError as exc:
-            why = exc.strerror or type(exc).__name__
+        why = run_hook(command, payload, timeout)  # its own session, killed whole at the limit
         if why:
             with contextlib.suppress(Exception):  # the run may have ended: nothing to tell
                 self.sink.write(
