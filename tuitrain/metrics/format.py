@@ -252,9 +252,15 @@ _FORMATTERS = {
 }
 
 
-def format_record(rec: Record) -> str | None:
-    """The one-line rendering of any record, or None for an unknown type."""
-    formatter = _FORMATTERS.get(str(rec.get("type")))
+def format_record(rec: Record, header: Record | None = None) -> str | None:
+    """The one-line rendering of any record, or None for an unknown type; eval and end lines
+    format their metrics as `header` (the run's) declares."""
+    kind = str(rec.get("type"))
+    if kind == "eval":
+        return format_eval_line(rec, header)
+    if kind == "end":
+        return format_end_line(rec, header)
+    formatter = _FORMATTERS.get(kind)
     return formatter(rec) if formatter else None
 
 

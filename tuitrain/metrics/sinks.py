@@ -337,17 +337,19 @@ class ConsoleSink(Sink):
         self._lock = threading.Lock()
         self._closed = False
         self._total: int | None = None  # the header's total_steps: train lines say step/total
+        self._header: Record | None = None  # the run's declaration: how eval and end lines read
         self._step_times: deque[float] = deque(maxlen=ETA_WINDOW)  # the ETA, as the dashboard's
 
     def write(self, record: Record) -> None:
         kind = record.get("type")
         if kind == "header":
+            self._header = record
             self._total = record.get("total_steps") or None
             self._step_times.clear()
         if kind == "train":
             line: str | None = self.train_line(record)
         else:
-            line = format_record(record)
+            line = format_record(record, self._header)
         if line is None:
             return
         line = strip_controls(line)  # a message from a file or user code: no escape codes
