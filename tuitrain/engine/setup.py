@@ -33,6 +33,7 @@ from tuitrain.engine.task import (
     batch_size_of,
     build_task,
     declarations,
+    first_items,
     split_training_output,
     task_label,
     validation_values,
@@ -275,6 +276,9 @@ def task_offers(cfg: Config, data: DataBundle) -> dict[str, Any]:
     }
 
 
+DRY_ITEMS = 2  # items of the first validation batch the dry step runs
+
+
 def dry_step(
     task: Task,
     model: nn.Module,
@@ -283,7 +287,8 @@ def dry_step(
     device: torch.device,
     precision: Precision,
 ) -> tuple[tuple[str, ...], list[str], float | None]:
-    """The task's training_step and validation_step once on the first validation batch, in
+    """The task's training_step and validation_step once on the first DRY_ITEMS items of the
+    first validation batch, in
     eval mode (no dropout draws, batch-norm statistics untouched) with the RNGs, gradients
     and buffers put back: a task, model or batch that do not fit fail here in one sentence,
     before the header; what they return names the run's metrics. The training step runs
@@ -297,6 +302,9 @@ def dry_step(
     batch = next(iter(data.val.batches(0)), None)
     if batch is None:
         raise UserError(f"{label}: the validation split gives no batch; give it some samples.")
+    # a few items are enough to check the fit and count FLOPs per sample: a full validation
+    # batch with its backward costs seconds at start and device memory training never needs
+    batch = first_items(batch, batch_size_of(task, batch, label), DRY_ITEMS)
     n = batch_size_of(task, batch, label)
 
     def train_and_backward() -> dict[str, torch.Tensor]:

@@ -368,6 +368,24 @@ def to_device(batch: Any, device: torch.device) -> Any:
     return batch
 
 
+def first_items(batch: Any, n: int, k: int) -> Any:
+    """The batch cut to its first `k` items: every tensor (and list) whose first dimension is
+    the batch's `n` is sliced; anything else is kept as it is (nested the same way)."""
+    if isinstance(batch, torch.Tensor):
+        return batch[:k] if batch.dim() > 0 and batch.shape[0] == n else batch
+    if isinstance(batch, Mapping):
+        return type(batch)({key: first_items(v, n, k) for key, v in batch.items()})  # type: ignore[call-arg]
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
+        return type(batch)(*(first_items(v, n, k) for v in batch))
+    if isinstance(batch, tuple):
+        return tuple(first_items(v, n, k) for v in batch)
+    if isinstance(batch, list):
+        if len(batch) == n and not any(isinstance(v, torch.Tensor) for v in batch):
+            return batch[:k]  # one entry per item (texts, ids)
+        return [first_items(v, n, k) for v in batch]
+    return batch
+
+
 # --------------------------------------------------------------------------- declarations
 
 
