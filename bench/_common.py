@@ -128,8 +128,8 @@ def engine_records(
     `stop_after`, the sink asks the engine to stop once the train record of that step has
     arrived (a stop skips the final evaluation, which under torch.compile means a recompile).
     """
-    from tuitrain.config import load_preset
-    from tuitrain.engine.control import Control
+    from tuitrain.core.config import load_preset
+    from tuitrain.core.control import Control
     from tuitrain.engine.runner import run
     from tuitrain.metrics.sinks import Sink
 

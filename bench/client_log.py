@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from _common import emit, machine, note, spread
 
-from tuitrain.client import FLUSH_EVERY, Run
+from tuitrain.client.core import FLUSH_EVERY, Run
 
 
 def per_call_us(run: Run, data: dict, calls: int) -> float:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from _common import emit, machine
 
-from tuitrain.client import MAX_PENDING, Run
+from tuitrain.client.core import MAX_PENDING, Run
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from _common import emit, machine, spread
 
-from tuitrain.config import load_preset
+from tuitrain.core.config import load_preset
 from tuitrain.engine.data import FASHION_MEAN, FASHION_STD, build_data
 from tuitrain.engine.models import FashionCNN
 

@@ -3,8 +3,8 @@
     python bench/gate_points.py [--points 50000] [--repeats 3]
 
 Writes two runs of --points train records each (samples/s scattered by 8%), an eval and an
-end record, then times `tuitrain.gate.main` (reading both files, the bootstrap interval, the
-table). Run it with PYTHONPATH pointing at another checkout's tree to time that gate.
+end record, then times `tuitrain.commands.gate.main` (reading both files, the bootstrap
+interval, the table). Run it with PYTHONPATH pointing at another checkout's tree to time that gate.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from _common import emit, machine, note, spread
 
-from tuitrain.gate import main as gate_main
+from tuitrain.commands.gate import main as gate_main
 
 
 def make_run(folder: Path, points: int, seed: int) -> Path:

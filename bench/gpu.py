@@ -102,7 +102,7 @@ def child(preset: str, overrides: list[str], steps: int, device: str) -> dict[st
     import torch
 
     import tuitrain
-    from tuitrain.config import load_preset
+    from tuitrain.core.config import load_preset
 
     if device == "cpu":  # the plumbing check: two children at once, one core each
         torch.set_num_threads(1)

@@ -32,7 +32,7 @@ import torch
 from _common import emit, machine, note, spread
 from torch import nn
 
-from tuitrain.config import Config, load_preset
+from tuitrain.core.config import Config, load_preset
 from tuitrain.engine.device import synchronize
 from tuitrain.engine.runner import run
 from tuitrain.engine.setup import DistInfo, build_parts

@@ -16,7 +16,7 @@ import time
 
 from _common import emit, machine, spread
 
-from tuitrain.runs import RunRow
+from tuitrain.commands.runs import RunRow
 from tuitrain.ui.runs_app import RunsApp
 
 

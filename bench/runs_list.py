@@ -19,7 +19,7 @@ from pathlib import Path
 
 from _common import emit, machine, note, spread
 
-from tuitrain.runs import list_runs
+from tuitrain.commands.runs import list_runs
 
 
 def make_runs(folder: Path, runs: int, records: int) -> int:

@@ -80,8 +80,8 @@ def child_ui(
         app_module.PLOT_INTERVAL_S = plot_s
     from textual.binding import Binding
 
-    from tuitrain.config import load_preset
-    from tuitrain.host import RunHost
+    from tuitrain.core.config import load_preset
+    from tuitrain.host.run import RunHost
     from tuitrain.metrics.store import MetricStore
     from tuitrain.ui.app import RunEnded, TuitrainApp
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tuitrain.config import Config, load_preset
+from tuitrain.core.config import Config, load_preset
 
 # Under nohup (SIGHUP ignored) every child a test starts would inherit the ignore, and the
 # tests that hang up on a run would see it carry on (tuitrain keeps a nohup's ignore, on

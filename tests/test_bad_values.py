@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tuitrain.config import ConfigError, load_preset, overrides_from
+from tuitrain.core.config import ConfigError, load_preset, overrides_from
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,9 +94,9 @@ def test_a_path_the_system_refuses_is_one_sentence(
 def test_watch_and_tuitrain_data_with_a_path_the_system_refuses(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from tuitrain.commands.watch import main as watch_main
+    from tuitrain.core.errors import UserError
     from tuitrain.engine.idx import locate_fashion_mnist
-    from tuitrain.errors import UserError
-    from tuitrain.watch import main as watch_main
 
     assert watch_main([LONG]) == 2
     assert "watch target /tmp/aaa" in capsys.readouterr().err
@@ -118,8 +118,8 @@ def test_idx_dimensions_whose_product_wraps(tmp_path: Path) -> None:
     passed the length check and reshape failed ("numel: integer multiplication overflow")."""
     import struct
 
+    from tuitrain.core.errors import UserError
     from tuitrain.engine.idx import read_idx
-    from tuitrain.errors import UserError
 
     path = tmp_path / "train-images-idx3-ubyte"
     path.write_bytes(bytes([0, 0, 8, 3]) + struct.pack(">III", 2**22, 2**21, 2**21))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tuitrain.config import (
+from tuitrain.core.config import (
     DEFAULT_PRESET,
     ConfigError,
     available_presets,

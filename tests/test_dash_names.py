@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tuitrain.runs import list_runs, watch_args
-from tuitrain.watch import main as watch_main
+from tuitrain.commands.runs import list_runs, watch_args
+from tuitrain.commands.watch import main as watch_main
 
 HEADER = {"type": "header", "preset": "fashion-mini", "config": {},
           "time": "2026-12-01T10:00:00+00:00"}  # fmt: skip

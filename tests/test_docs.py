@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tuitrain.config import SECTIONS
+from tuitrain.core.config import SECTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -68,7 +68,7 @@ def test_the_readme_names_every_preset_table_where_it_lists_them() -> None:
 def test_the_readme_says_which_presets_win(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What the README says (a user preset shadows a shipped one of the same name) is what
     available_presets does."""
-    from tuitrain.config import available_presets
+    from tuitrain.core.config import available_presets
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     mine = tmp_path / "tuitrain" / "presets" / "fashion-mini.toml"

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tuitrain.config import load_preset
-from tuitrain.export import main
-from tuitrain.host import RunHost
+from tuitrain.commands.export import main
+from tuitrain.core.config import load_preset
+from tuitrain.host.run import RunHost
 
 TINY = [
     "data.train_samples=512",

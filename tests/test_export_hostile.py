@@ -17,7 +17,7 @@ import pytest
 
 from tests.cli.test_special_files import KINDS
 from tests.ui.fake_records import records
-from tuitrain.export import main as export_main
+from tuitrain.commands.export import main as export_main
 
 
 @pytest.fixture

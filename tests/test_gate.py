@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tuitrain.gate import bootstrap_ratio, main, median_draws
+from tuitrain.commands.gate import bootstrap_ratio, main, median_draws
 
 ROOT = Path(__file__).resolve().parents[1]
 

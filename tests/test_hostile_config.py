@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tuitrain.cli import main
-from tuitrain.config import (
+from tuitrain.commands.watch import PROBE_BYTES
+from tuitrain.core.config import (
     INT_MAX,
     SECTIONS,
     TEXT_MAX,
@@ -27,7 +28,6 @@ from tuitrain.config import (
     config_from_dict,
     load_preset,
 )
-from tuitrain.watch import PROBE_BYTES
 
 pytestmark = pytest.mark.timeout(60)
 

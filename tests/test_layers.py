@@ -13,7 +13,16 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "tuitrain"
 UI_LIBS = ("textual", "textual_plotext", "plotext", "rich")
-ABOVE_ENGINE = ("tuitrain.ui", "tuitrain.host", "tuitrain.launch", "tuitrain.cli")
+ABOVE_ENGINE = (
+    "tuitrain.ui",
+    "tuitrain.host",
+    "tuitrain.client",
+    "tuitrain.commands",
+    "tuitrain.cli",
+)
+# DESIGN's layers, top to bottom: each imports only the layers below it (tuitrain itself, the
+# package's lazy face, sits beside them)
+LAYERS = ("cli", "commands", "ui", "host", "client", "engine", "metrics", "core")
 
 
 def imports(path: Path, module_level_only: bool = False) -> Iterator[str]:
@@ -47,19 +56,46 @@ def offenders(paths: list[Path], banned: tuple[str, ...], module_level_only: boo
 
 
 def test_engine_and_metrics_never_import_the_ui_or_what_sits_above_them() -> None:
-    below = modules("engine", "metrics") + [PKG / "config.py", PKG / "errors.py"]
+    below = modules("engine", "metrics", "core")
     assert len(below) > 20
     assert offenders(below, UI_LIBS + ABOVE_ENGINE) == []
+
+
+def layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "tuitrain" or len(parts) == 1:
+        return None
+    return {"__main__": "cli", "wandb": "client", "lightning": "client", "hf": "client"}.get(
+        parts[1], parts[1]
+    )
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    """Lazy imports included, except the launcher's one (rank 0 of a torchrun job draws the
+    dashboard): no command and its screen import each other, the engine knows no host."""
+    found = []
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG)
+        mine = layer("tuitrain." + ".".join(rel.with_suffix("").parts))
+        if mine not in LAYERS:
+            continue
+        for name in imports(path):
+            theirs = layer(name)
+            if theirs in LAYERS and LAYERS.index(theirs) < LAYERS.index(mine):
+                found.append(f"{rel} ({mine}) imports {name} ({theirs})")
+    assert found == ["host/launch.py (host) imports tuitrain.ui.app (ui)"], found
 
 
 def test_the_host_and_headless_path_never_import_textual() -> None:
     """host, signals, stdio and the headless launcher: not even a lazy import of the UI,
     except launch.run_ui_rank0 (rank 0 of a torchrun job with a terminal draws the app)."""
-    paths = [PKG / name for name in ("host.py", "signals.py", "stdio.py", "parity_cli.py")]
+    paths = [PKG / "host" / name for name in ("run.py", "signals.py", "stdio.py")]
+    paths.append(PKG / "commands" / "parity.py")
     assert offenders(paths, UI_LIBS + ("tuitrain.ui",)) == []
-    launch = offenders([PKG / "launch.py"], UI_LIBS + ("tuitrain.ui",))
-    assert launch == ["tuitrain/launch.py imports tuitrain.ui.app"], launch
-    for entry in (PKG / "cli.py", PKG / "launch.py", PKG / "watch.py"):  # lazily, at most
+    launch = offenders([PKG / "host" / "launch.py"], UI_LIBS + ("tuitrain.ui",))
+    assert launch == ["tuitrain/host/launch.py imports tuitrain.ui.app"], launch
+    entries = (PKG / "cli.py", PKG / "host" / "launch.py", PKG / "commands" / "watch.py")
+    for entry in entries:  # lazily, at most
         assert offenders([entry], UI_LIBS + ("tuitrain.ui",), module_level_only=True) == []
 
 

@@ -25,11 +25,11 @@ import torch
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from tuitrain.config import INT_MAX, SECTIONS, ConfigError, config_from_dict, load_preset
+from tuitrain.core.config import INT_MAX, SECTIONS, ConfigError, config_from_dict, load_preset
+from tuitrain.core.errors import UserError
 from tuitrain.engine.checkpoint import CheckpointError, find_latest, load_checkpoint
 from tuitrain.engine.idx import read_idx, read_split
 from tuitrain.engine.state import SOURCE_KEY, check_resumable
-from tuitrain.errors import UserError
 from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.store import MetricStore
 
@@ -292,7 +292,7 @@ def test_any_metrics_file_is_followed_and_summarised(content: bytes) -> None:
 @example(b"\n".join(HOSTILE) + b"\n", "csv")
 @given(metrics_lines(), st.sampled_from(["csv", "tensorboard"]))
 def test_export_of_any_metrics_file_exits_0_or_2(content: bytes, fmt: str) -> None:
-    from tuitrain.export import main as export_main
+    from tuitrain.commands.export import main as export_main
 
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "metrics.jsonl").write_bytes(content)
@@ -443,6 +443,6 @@ def test_the_command_line_exits_0_or_2_with_one_line(
 def test_watch_probes_any_first_line(line: bytes) -> None:
     """`tuitrain watch FILE` reads the first line to tell a metrics file from something else;
     a line nested past the JSON parser's recursion limit used to raise (exit 1)."""
-    from tuitrain.watch import looks_like_a_record
+    from tuitrain.commands.watch import looks_like_a_record
 
     assert looks_like_a_record(line) in (True, False)

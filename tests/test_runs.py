@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tuitrain.engine.rundir import RunDirLock
+from tuitrain.commands.runs import TAIL_MAX_BYTES, list_runs, main, read_row
+from tuitrain.core.rundir import RunDirLock
 from tuitrain.metrics.records import MAX_HEADER_BYTES, MAX_RECORD_BYTES, STEP_MAX
-from tuitrain.runs import TAIL_MAX_BYTES, list_runs, main, read_row
 
 
 def write(run: Path, records: list[dict]) -> Path:

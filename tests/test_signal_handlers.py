@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tuitrain.signals import EARLY_SIGNALS, defer_signals, early_signal, on_stop_signals
+from tuitrain.host.signals import EARLY_SIGNALS, defer_signals, early_signal, on_stop_signals
 
 
 @pytest.fixture

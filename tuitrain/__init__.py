@@ -12,7 +12,7 @@ __all__ = ["__version__", "finish", "init", "log"]
 def __getattr__(name: str) -> Any:
     """The client's functions, loaded on first use (importing tuitrain stays cheap)."""
     if name in ("init", "log", "finish", "current", "Run"):
-        from tuitrain import client
+        from tuitrain.client import core as client
 
         return getattr(client, name)
     raise AttributeError(f"module 'tuitrain' has no attribute {name!r}")

@@ -13,13 +13,19 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from tuitrain import __version__
-from tuitrain.config import DEFAULT_PRESET, Config, describe_presets, load_preset, overrides_from
-from tuitrain.engine.rundir import refuse_if_held, resumed_run_dir
-from tuitrain.errors import EXIT_SIGINT, OneLineParser, UserError, usable_path
-from tuitrain.launch import resume_config, run_headless
-from tuitrain.signals import defer_signals
-from tuitrain.stdio import guard_std_streams, print_out, say, stdout_gone
-from tuitrain.text import strip_controls
+from tuitrain.core.config import (
+    DEFAULT_PRESET,
+    Config,
+    describe_presets,
+    load_preset,
+    overrides_from,
+)
+from tuitrain.core.errors import EXIT_SIGINT, OneLineParser, UserError, usable_path
+from tuitrain.core.rundir import refuse_if_held, resumed_run_dir
+from tuitrain.core.text import strip_controls
+from tuitrain.host.launch import resume_config, run_headless
+from tuitrain.host.signals import defer_signals
+from tuitrain.host.stdio import guard_std_streams, print_out, say, stdout_gone
 
 ENVIRONMENT_HELP = """environment:
   TUITRAIN_DATA        folder with Fashion-MNIST's IDX files (after --data-dir)
@@ -47,12 +53,12 @@ EXIT_CODES_HELP = (
 # The commands besides training: verb -> (the module whose main(argv) runs it, one line for
 # --help). A new command is one module and one line here.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "watch": ("tuitrain.watch", "attach to a run dir, or compare 2 to 8 runs"),
-    "run": ("tuitrain.script", "run your script (after --) and watch what it logs"),
-    "runs": ("tuitrain.runs", "the runs under a folder: a table, watch, compare"),
-    "parity": ("tuitrain.parity_cli", "fp32-vs-mixed-precision check"),
-    "export": ("tuitrain.export", "a run's records as CSV or TensorBoard"),
-    "gate": ("tuitrain.gate", "CI gate: a candidate run against a baseline"),
+    "watch": ("tuitrain.commands.watch", "attach to a run dir, or compare 2 to 8 runs"),
+    "run": ("tuitrain.commands.run", "run your script (after --) and watch what it logs"),
+    "runs": ("tuitrain.commands.runs", "the runs under a folder: a table, watch, compare"),
+    "parity": ("tuitrain.commands.parity", "fp32-vs-mixed-precision check"),
+    "export": ("tuitrain.commands.export", "a run's records as CSV or TensorBoard"),
+    "gate": ("tuitrain.commands.gate", "CI gate: a candidate run against a baseline"),
 }
 
 
@@ -192,7 +198,7 @@ def run_ui(cfg: Config, overrides: list[str]) -> int:
         print(f"tuitrain: the UI cannot start ({exc}); running headless.", file=sys.stderr)
         return run_headless(cfg)
     if world_size() > 1:  # rank 0 of a torchrun job: the UI, and the job's process group
-        from tuitrain.launch import run_ui_rank0
+        from tuitrain.host.launch import run_ui_rank0
 
         return run_ui_rank0(cfg, overrides)
     return run_app(cfg, overrides)
@@ -266,7 +272,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
                 usable_path(value, flag)
         overrides = args.overrides + flag_overrides(args)
         if args.nproc is not None and "WORLD_SIZE" not in os.environ:
-            from tuitrain.launch import launch_nproc
+            from tuitrain.host.launch import launch_nproc
 
             return launch_nproc(args.nproc, without_nproc(argv), nproc_device(args, overrides))
         main_rank = int(os.environ.get("RANK", "0")) == 0
@@ -281,7 +287,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             refuse_if_held(cfg.run.run_dir)
         if args.no_ui or not main_rank:  # other ranks never draw
             return run_headless(cfg)
-        from tuitrain.stdio import can_draw_ui
+        from tuitrain.host.stdio import can_draw_ui
 
         if why := can_draw_ui():  # the check every command makes before its UI
             print(

@@ -21,7 +21,7 @@ except ImportError as exc:  # pragma: no cover - said in one sentence
         "tuitrain.hf needs the transformers package: pip install transformers"
     ) from exc
 
-from tuitrain import client
+from tuitrain.client import core as client
 
 SKIP = ("total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second")
 

@@ -26,7 +26,7 @@ except ImportError as exc:  # pragma: no cover - said in one sentence
         "tuitrain.lightning needs the lightning package: pip install lightning"
     ) from exc
 
-from tuitrain import client
+from tuitrain.client import core as client
 
 LIGHTNING_STATUS = {"success": ("completed", "Lightning finished"),
                     "failed": ("failed", "Lightning reported a failure"),

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from tuitrain import client
+from tuitrain.client import core as client
 
 __all__ = ["config", "define_metric", "finish", "init", "log", "run", "summary"]
 

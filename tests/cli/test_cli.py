@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tuitrain.config import load_preset
+from tuitrain.core.config import load_preset
 
 TINY = ["--set", "data.train_samples=512", "--set", "data.val_samples=256", "--log-every", "2"]
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tuitrain.engine.parity_report import EpochRow, PairedCounts, ParityResult
-from tuitrain.parity_cli import format_table, main
+from tuitrain.commands.parity import format_table, main
+from tuitrain.metrics.parity_report import EpochRow, PairedCounts, ParityResult
 
 ROOT = Path(__file__).resolve().parents[2]
 PASS_ARGS = ["--epochs", "1", "--mixed", "bf16", "--set", "optim.lr=3e-4", "--seed", "4"]
@@ -32,7 +32,7 @@ JSON_FIELDS = [
     "discordant", "p_value", "gap_ci95_points", "noise_note", "paired",
 ]  # fmt: skip
 # without `tuitrain parity` wired into tuitrain/cli.py, run the module's main directly
-ENTRY = "import sys; from tuitrain.parity_cli import main; sys.exit(main(sys.argv[1:]))"
+ENTRY = "import sys; from tuitrain.commands.parity import main; sys.exit(main(sys.argv[1:]))"
 
 
 def one_json_object(stdout: str) -> dict:

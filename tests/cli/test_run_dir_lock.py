@@ -56,8 +56,8 @@ def test_a_second_run_in_a_held_run_dir_is_refused(tmp_path: Path) -> None:
 def test_the_refusal_comes_before_torch_is_imported(tmp_path: Path) -> None:
     """A held run dir is refused in a blink (no ~5 s torch import first), for a new run and a
     resume alike; a free one, or one whose run has ended, is not refused by the probe."""
-    from tuitrain.engine.rundir import RunDirLock, refuse_if_held
-    from tuitrain.errors import UserError
+    from tuitrain.core.errors import UserError
+    from tuitrain.core.rundir import RunDirLock, refuse_if_held
 
     refuse_if_held(tmp_path)  # no lock file yet
     lock = RunDirLock(tmp_path)  # what a live run holds (its pid inside)
@@ -95,8 +95,8 @@ def test_the_probe_leaves_an_odd_lock_file_to_the_lock(tmp_path: Path, kind: str
     RunDirLock refuses them in one sentence, before anything is written."""
     import os
 
-    from tuitrain.engine.rundir import LOCK_NAME, RunDirLock, refuse_if_held, resumed_run_dir
-    from tuitrain.errors import UserError
+    from tuitrain.core.errors import UserError
+    from tuitrain.core.rundir import LOCK_NAME, RunDirLock, refuse_if_held, resumed_run_dir
 
     odd = tmp_path / LOCK_NAME
     os.mkfifo(odd) if kind == "fifo" else odd.mkdir()

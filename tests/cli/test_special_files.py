@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tuitrain.safefile import LinkRefused, NotRegular, open_nofollow, open_regular, replacing
+from tuitrain.core.safefile import LinkRefused, NotRegular, open_nofollow, open_regular, replacing
 
 
 def make_fifo(path: Path) -> None:

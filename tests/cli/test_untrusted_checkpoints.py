@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from tuitrain.config import load_preset
+from tuitrain.core.config import load_preset
 from tuitrain.engine.checkpoint import CheckpointError, find_latest, load_checkpoint
 from tuitrain.engine.state import SOURCE_KEY, check_resumable
 
@@ -299,7 +299,7 @@ def test_a_checkpoint_cannot_name_an_on_alert_command(saved_run: Path, tmp_path:
     the user names it again."""
     import argparse
 
-    from tuitrain.launch import resume_config
+    from tuitrain.host.launch import resume_config
 
     state = load_checkpoint(find_latest(saved_run))
     state["config"]["alerts"] = {"on_alert": f"touch {tmp_path / 'ran'}"}

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import tuitrain
-from tuitrain import client
-from tuitrain.client import eval_name
+from tuitrain.client import core as client
+from tuitrain.client.core import eval_name
 
 
 def records(run_dir: Path) -> list[dict]:
@@ -93,7 +93,7 @@ def test_the_context_manager_records_the_exception(tmp_path: Path) -> None:
 
 
 def test_one_writer_per_run_dir(tmp_path: Path) -> None:
-    from tuitrain.errors import UserError
+    from tuitrain.core.errors import UserError
 
     first = client.Run(tmp_path / "run")
     with pytest.raises(UserError, match="in use"):
@@ -138,7 +138,7 @@ def test_the_process_tree_sampler_sees_a_child_and_its_memory() -> None:
     import sys
     import time
 
-    from tuitrain.proctree import TreeSampler, tree_pids
+    from tuitrain.client.proctree import TreeSampler, tree_pids
 
     code = "import subprocess, sys, time\nx = bytearray(150_000_000)\n"
     code += "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"

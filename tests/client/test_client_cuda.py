@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tuitrain.client import Run
+from tuitrain.client.core import Run
 
 pytestmark = [
     pytest.mark.gpu,

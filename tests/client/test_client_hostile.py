@@ -20,8 +20,8 @@ import pytest
 import torch
 
 import tuitrain
-from tuitrain import client
-from tuitrain.errors import UserError
+from tuitrain.client import core as client
+from tuitrain.core.errors import UserError
 from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.records import (
     CONTRACT_FIELDS,

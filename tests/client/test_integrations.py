@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tuitrain.export import main as export_main
+from tuitrain.commands.export import main as export_main
 from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.store import MetricStore
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from tuitrain import script as run_cmd
+from tuitrain.commands import run as run_cmd
+from tuitrain.client.parent import LINE_CAP, AlertActions, LineCutter, Tail, ensure_end, last_records
 from tuitrain.metrics.records import MAX_HEADER_BYTES
-from tuitrain.script import LINE_CAP, AlertActions, LineCutter, Tail, ensure_end, last_records
 from tuitrain.ui.script_app import LineQueue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def records(path: Path) -> list[dict[str, Any]]:
 
 
 def last_end(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """What readers take: the last end record (tuitrain.runs reads the tail reversed)."""
+    """What readers take: the last end record (tuitrain.commands.runs reads the tail reversed)."""
     return next((r for r in reversed(recs) if r.get("type") == "end"), None)
 
 

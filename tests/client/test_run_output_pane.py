@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.ui.pilot_tools import wait_for
-from tuitrain.script import LINE_CAP, Script
+from tuitrain.client.parent import LINE_CAP, Script
 from tuitrain.ui.script_app import MAX_OUTPUT_LINES, QUEUE_MAX, ScriptApp
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

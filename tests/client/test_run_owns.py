@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.client.test_run_hostile import check_end, gone, last_end, records, wait_until
-from tuitrain import script as run_cmd
-from tuitrain.engine.rundir import RunDirLock
+from tuitrain.commands import run as run_cmd
+from tuitrain.core.rundir import RunDirLock
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

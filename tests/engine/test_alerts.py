@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tuitrain.config import load_preset
-from tuitrain.engine.control import Control
+from tuitrain.core.config import load_preset
+from tuitrain.core.control import Control
 from tuitrain.engine.diagnostics import Diagnostics, StallWatch
 from tuitrain.metrics.alerts import QUIET, AlertRules
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.nn import functional
 
-from tuitrain.config import DataConfig
+from tuitrain.core.config import DataConfig
 from tuitrain.engine.augment import Augment
 from tuitrain.engine.data import build_data
 
@@ -92,7 +92,7 @@ def test_augmentation_leaves_the_global_rng_and_val_alone() -> None:
 
 
 def test_augmenting_a_data_set_of_vectors_is_refused_before_training() -> None:
-    from tuitrain.errors import UserError
+    from tuitrain.core.errors import UserError
 
     cfg = DataConfig(
         name="tests.cli.datasets_for_tests:flat_vectors",

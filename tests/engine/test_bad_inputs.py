@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from tuitrain.config import Config, DataConfig, load_preset
+from tuitrain.core.config import Config, DataConfig, load_preset
+from tuitrain.core.errors import UserError
 from tuitrain.engine import loader as loader_mod
 from tuitrain.engine import setup as setup_mod
 from tuitrain.engine.data import build_data
 from tuitrain.engine.idx import FILE_NAMES, write_idx
 from tuitrain.engine.runner import RunResult, describe_failure, run
 from tuitrain.engine.setup import DistInfo, build_parts
-from tuitrain.errors import UserError
 from tuitrain.metrics.sinks import NullSink
 
 CPU = torch.device("cpu")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from tuitrain.config import load_preset
+from tuitrain.core.config import load_preset
 from tuitrain.engine import run
 from tuitrain.engine.trainer import Trainer
 from tuitrain.metrics.sinks import Sink

@@ -10,12 +10,12 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from tuitrain.config import DataConfig
+from tuitrain.core.config import DataConfig
+from tuitrain.core.errors import UserError
 from tuitrain.engine import data as data_mod
 from tuitrain.engine import idx as idx_mod
 from tuitrain.engine.data import FASHION_MEAN, FASHION_STD, MINI_DIR, build_data
 from tuitrain.engine.idx import FILE_NAMES, locate_fashion_mnist, read_idx, read_split, write_idx
-from tuitrain.errors import UserError
 
 CPU = torch.device("cpu")
 FULL_DIR = Path("/usr/share/datasets/fashion-mnist")

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import torch
 
+from tuitrain.core.errors import UserError
 from tuitrain.engine import device as device_mod
 from tuitrain.engine import telemetry as telemetry_mod
 from tuitrain.engine.device import check_nproc, resolve_device, unusable_gpu
-from tuitrain.errors import UserError
 from tuitrain.metrics.format import format_header_line, precision_label
 from tuitrain.metrics.sinks import NullSink
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import torch
 
+from tuitrain.core.control import MEMORY_ON_CPU
 from tuitrain.engine import Control, run
-from tuitrain.engine.control import MEMORY_ON_CPU
 from tuitrain.engine.memsnap import MAX_ENTRIES, MemorySnapshot
 from tuitrain.engine.runner import fail
 from tuitrain.metrics.sinks import Sink

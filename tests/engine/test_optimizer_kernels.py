@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from tuitrain.config import load_preset
+from tuitrain.core.config import load_preset
 from tuitrain.engine import setup
 from tuitrain.engine.setup import make_optimizer, optimizer_kernels
 

@@ -24,11 +24,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from tuitrain.config import Config, load_preset
+from tuitrain.core.config import Config, load_preset
+from tuitrain.core.control import Control
+from tuitrain.core.errors import EXIT_FAILED, EXIT_OK, EXIT_PARITY_FAIL, UserError
 from tuitrain.engine import precision as precision_mod
-from tuitrain.engine.control import Control
 from tuitrain.engine.parity import parity, parity_configs, resolve_mixed
-from tuitrain.engine.parity_report import (
+from tuitrain.engine.runner import run
+from tuitrain.engine.setup import DistInfo, build_parts
+from tuitrain.metrics.parity_report import (
     EARLY_WARN_REL_DIFF,
     EpochRow,
     ParityResult,
@@ -37,9 +40,6 @@ from tuitrain.engine.parity_report import (
     max_rel_diff,
     parity_result_of,
 )
-from tuitrain.engine.runner import run
-from tuitrain.engine.setup import DistInfo, build_parts
-from tuitrain.errors import EXIT_FAILED, EXIT_OK, EXIT_PARITY_FAIL, UserError
 from tuitrain.metrics.sinks import FanOutSink, Sink
 
 # the sizing measured on both kinds of CPU (docstring): all 6k images of fashion-mini

@@ -50,7 +50,7 @@ def test_control_on_a_task_and_from_the_command_line(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_auto_adds_the_control_only_after_a_fail() -> None:
-    from tuitrain.config import load_preset
+    from tuitrain.core.config import load_preset
 
     preset = str(ROOT / "tests" / "tasks" / "regression.toml")
     passed = parity(load_preset(preset, ["train.epochs=1"]), 1, "bf16", early_steps=0)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tuitrain.engine.parity_report import (
+from tuitrain.metrics.parity_report import (
     EpochRow,
     PairedCounts,
     ParityResult,

@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from tuitrain.config import load_preset
+from tuitrain.core.config import load_preset
+from tuitrain.core.errors import UserError
 from tuitrain.engine.models import build_model
 from tuitrain.engine.runner import run
-from tuitrain.errors import UserError
 from tuitrain.metrics.sinks import NullSink
 
 

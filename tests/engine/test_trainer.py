@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tuitrain.config import OptimConfig
+from tuitrain.core.config import OptimConfig
 from tuitrain.engine import Control, run
 from tuitrain.engine import precision as precision_mod
 from tuitrain.engine.device import bf16_supported

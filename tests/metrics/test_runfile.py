@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tuitrain.engine.rundir import RunDirLock
-from tuitrain.export import csv_columns
-from tuitrain.hooks import run_hook
+from tuitrain.commands.export import csv_columns
+from tuitrain.core.rundir import RunDirLock
+from tuitrain.core.hooks import run_hook
+from tuitrain.host.stdio import can_draw_ui
 from tuitrain.metrics.format import format_eval_line
 from tuitrain.metrics.records import MAX_HEADER_BYTES, STEP_MAX
 from tuitrain.metrics.runfile import (
@@ -30,7 +31,6 @@ from tuitrain.metrics.runfile import (
     silent_after_s,
     summarize_run,
 )
-from tuitrain.stdio import can_draw_ui
 
 LM = {
     "name": "charlm",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tuitrain.export import Reading, main
+from tuitrain.commands.export import Reading, main
 from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.records import STEP_MAX
 from tuitrain.metrics.store import MetricStore

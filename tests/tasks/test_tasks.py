@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.engine.test_trainer import ListSink  # records in order, and a store
-from tuitrain.config import load_preset
+from tuitrain.core.config import load_preset
+from tuitrain.core.errors import EXIT_USAGE
 from tuitrain.engine import run
 from tuitrain.engine.charlm import CharLMTask, Vocabulary, load_text
-from tuitrain.errors import EXIT_USAGE
 
 HERE = Path(__file__).resolve().parent
 REGRESSION = str(HERE / "regression.toml")
@@ -171,8 +171,8 @@ def test_a_user_task_runs_from_the_command_line(tmp_path: Path, repo_root: Path)
 def test_export_carries_the_tasks_metrics(tmp_path: Path) -> None:
     import csv
 
+    from tuitrain.commands.export import main as export_main
     from tuitrain.engine.tensorboard import scalars
-    from tuitrain.export import main as export_main
     from tuitrain.metrics.sinks import JsonlSink
 
     run_dir = tmp_path / "run"

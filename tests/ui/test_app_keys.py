@@ -10,9 +10,9 @@ from textual.widgets import Sparkline, Static
 
 from tests.ui.fake_records import filled_store
 from tests.ui.pilot_tools import record_notifications, text_of, wait_for
-from tuitrain.config import load_preset
-from tuitrain.engine.control import MEMORY_ON_CPU
-from tuitrain.host import RunHost
+from tuitrain.core.config import load_preset
+from tuitrain.core.control import MEMORY_ON_CPU
+from tuitrain.host.run import RunHost
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui import app as app_module
 from tuitrain.ui.app import TuitrainApp

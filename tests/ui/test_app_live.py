@@ -13,11 +13,11 @@ import torch
 from textual.widgets import OptionList, Static
 
 from tests.ui.pilot_tools import text_of, wait_for
-from tuitrain.config import load_preset
+from tuitrain.core.config import load_preset
 from tuitrain.engine.precision import make_precision
-from tuitrain.host import RunHost
+from tuitrain.host.run import RunHost
+from tuitrain.host.signals import SIGNAL_NAMES
 from tuitrain.metrics.store import MetricStore
-from tuitrain.signals import SIGNAL_NAMES
 from tuitrain.ui.app import TEXT_INTERVAL_S, TuitrainApp
 from tuitrain.ui.screens.help import HelpScreen
 from tuitrain.ui.screens.presets import PresetScreen

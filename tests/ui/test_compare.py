@@ -242,7 +242,7 @@ def test_compare_command_exit_code_without_traceback(tmp_path: Path) -> None:
 def test_a_starting_run_is_waited_for(tmp_path: Path) -> None:
     """A run dir with its config.toml but no metrics.jsonl yet (a run starting) is accepted;
     a dir with nothing of a run in it is not."""
-    from tuitrain.watch import WatchError, check_target
+    from tuitrain.commands.watch import WatchError, check_target
 
     starting = tmp_path / "starting"
     starting.mkdir()

@@ -22,9 +22,9 @@ from textual.widgets import Static
 
 from tests.ui.conftest import TINY_UI
 from tests.ui.pilot_tools import record_notifications, text_of, wait_for
-from tuitrain.config import load_preset
+from tuitrain.core.config import load_preset
 from tuitrain.engine import distributed as ddp
-from tuitrain.host import RunHost
+from tuitrain.host.run import RunHost
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.app import TuitrainApp
 

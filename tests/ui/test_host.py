@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.ui.pilot_tools import engine_threads, wait_for
-from tuitrain.config import load_preset
-from tuitrain.engine.rundir import sibling_run_dir
-from tuitrain.host import RunHost
+from tuitrain.core.config import load_preset
+from tuitrain.core.rundir import sibling_run_dir
+from tuitrain.host.run import RunHost
 from tuitrain.metrics.records import event_record
 from tuitrain.metrics.sinks import SEQ_KEY
 from tuitrain.metrics.store import MetricStore

@@ -24,9 +24,9 @@ from textual.markup import to_content
 
 from tests.ui.fake_records import records
 from tests.ui.pilot_tools import text_of
+from tuitrain.core.text import CONTROLS, strip_controls
 from tuitrain.metrics.sinks import ConsoleSink, TimelineStoreSink
 from tuitrain.metrics.store import MetricStore
-from tuitrain.text import CONTROLS, strip_controls
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.compare import Source, summarize, table_text
 from tuitrain.ui.view import Frame, failure

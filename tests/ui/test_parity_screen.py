@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.ui.pilot_tools import record_notifications, text_of, wait_for
-from tuitrain.config import load_preset
-from tuitrain.engine.parity_report import EpochRow, PairedCounts, ParityResult
-from tuitrain.host import RunHost
+from tuitrain.core.config import load_preset
+from tuitrain.host.run import RunHost
+from tuitrain.metrics.parity_report import EpochRow, PairedCounts, ParityResult
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.screens.parity import THREAD_NAME, ParityScreen

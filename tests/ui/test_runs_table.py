@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.test_runs import folder_of_runs
-from tuitrain.runs import list_runs
+from tuitrain.commands.runs import list_runs
 from tuitrain.ui.runs_app import RunsApp
 
 

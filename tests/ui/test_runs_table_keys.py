@@ -8,7 +8,7 @@ import pytest
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
-from tuitrain.runs import RunRow
+from tuitrain.commands.runs import RunRow
 from tuitrain.ui.runs_app import RunsApp
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.ui.pilot_tools import wait_for
-from tuitrain.script import Script
+from tuitrain.client.parent import Script
 from tuitrain.ui.script_app import ScriptApp
 
 ROOT = Path(__file__).resolve().parents[2]

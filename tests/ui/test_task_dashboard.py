@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.ui.pilot_tools import text_of, wait_for
-from tuitrain.config import load_preset
+from tuitrain.core.config import load_preset
 from tuitrain.engine import run
-from tuitrain.host import RunHost
+from tuitrain.host.run import RunHost
 from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.sinks import JsonlSink
 from tuitrain.metrics.store import MetricStore

@@ -17,7 +17,7 @@ from textual.drivers._writer_thread import WriterThread
 
 from tests.pty_tools import hang_up_after_first_record
 from tests.ui.fake_records import filled_store
-from tuitrain.errors import EXIT_SIGHUP
+from tuitrain.core.errors import EXIT_SIGHUP
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.terminal import HangupSafeDriver, TerminalOutput
 

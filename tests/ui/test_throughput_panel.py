@@ -9,8 +9,8 @@ import pytest
 
 from tests.ui.fake_records import filled_store
 from tests.ui.pilot_tools import text_of, wait_for
-from tuitrain.config import load_preset
-from tuitrain.host import RunHost
+from tuitrain.core.config import load_preset
+from tuitrain.host.run import RunHost
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.view import ThreadCpuShare

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.ui.fake_records import records
-from tuitrain.errors import EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM
+from tuitrain.core.errors import EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM
 
 pytestmark = pytest.mark.timeout(120)
 

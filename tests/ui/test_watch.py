@@ -292,7 +292,7 @@ def test_watch_refuses_a_pipe_or_a_device(tmp_path: Path) -> None:
 
 
 def test_check_target_takes_a_file_of_records_whatever_its_name(tmp_path: Path) -> None:
-    from tuitrain.watch import check_target
+    from tuitrain.commands.watch import check_target
 
     for name in ("metrics", "run.log", "metrics.jsonl"):
         write_lines(tmp_path / name, [header("bf16", "cpu")])

@@ -1,7 +1,7 @@
 """The training engine: device, precision, data, models, the loop and its telemetry.
 
 Never imports Textual or Rich: it runs headless, under torchrun and behind the UI alike.
-Names are loaded lazily so that `tuitrain.engine.control` and friends don't pull in torch.
+Names are loaded lazily so that `tuitrain.core.control` and friends don't pull in torch.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tuitrain.engine.control import Control
+    from tuitrain.core.control import Control
     from tuitrain.engine.runner import RunResult, run
 
 __all__ = ["Control", "RunResult", "run"]
@@ -17,7 +17,7 @@ __all__ = ["Control", "RunResult", "run"]
 
 def __getattr__(name: str) -> Any:
     if name == "Control":
-        from tuitrain.engine.control import Control
+        from tuitrain.core.control import Control
 
         return Control
     if name in ("RunResult", "run"):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional
 
-from tuitrain.config import DataConfig
+from tuitrain.core.config import DataConfig
 
 
 @dataclass(frozen=True)

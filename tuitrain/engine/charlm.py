@@ -23,9 +23,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from tuitrain.core.errors import UserError
 from tuitrain.engine.data import DataBundle, SourceContext, epoch_permutation, mix_seed
 from tuitrain.engine.task import Task
-from tuitrain.errors import UserError
 
 TEXT_PATH = Path(__file__).resolve().parents[1] / "data" / "shakespeare" / "shakespeare.txt.xz"
 VAL_SHARE = 0.1

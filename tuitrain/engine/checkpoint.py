@@ -22,9 +22,9 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from tuitrain.engine.rundir import CKPT_DIR
-from tuitrain.errors import UserError
-from tuitrain.safefile import NotRegular, open_nofollow, open_regular, read_regular_text
+from tuitrain.core.errors import UserError
+from tuitrain.core.rundir import CKPT_DIR
+from tuitrain.core.safefile import NotRegular, open_nofollow, open_regular, read_regular_text
 
 LATEST = "latest"
 _NAME = re.compile(r"^ckpt-step(\d{8})\.pt$")

@@ -26,10 +26,10 @@ from typing import Any, Protocol
 import torch
 from torch.utils.data import TensorDataset
 
-from tuitrain.config import DataConfig
+from tuitrain.core.config import DataConfig
+from tuitrain.core.errors import UserError
 from tuitrain.engine.augment import Augment
 from tuitrain.engine.idx import Log, locate_fashion_mnist, read_split
-from tuitrain.errors import UserError
 
 FASHION_MEAN = 0.2860
 FASHION_STD = 0.3530

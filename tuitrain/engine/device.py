@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from tuitrain.errors import UserError
+from tuitrain.core.errors import UserError
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:

@@ -15,9 +15,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tuitrain.engine.control import Control
-from tuitrain.errors import EXIT_FAILED
-from tuitrain.hooks import run_hook
+from tuitrain.core.control import Control
+from tuitrain.core.errors import EXIT_FAILED
+from tuitrain.core.hooks import run_hook
 from tuitrain.metrics.alerts import Alert, AlertRules, nonfinite_metric
 from tuitrain.metrics.records import alert_event, data_wait_verdict, event_record
 from tuitrain.metrics.sinks import Sink

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from tuitrain.engine.control import Control
+from tuitrain.core.control import Control
 from tuitrain.engine.strategy import DistInfo
 from tuitrain.metrics.records import merge_ranks, rank_merge_fields
 

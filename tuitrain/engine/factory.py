@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from tuitrain.errors import UserError
+from tuitrain.core.errors import UserError
 
 _LINE_MAX = 200
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tuitrain.errors import UserError, usable_path
+from tuitrain.core.errors import UserError, usable_path
 
 # split -> (images file, labels file), without the optional ".gz"
 FILE_NAMES: dict[str, tuple[str, str]] = {

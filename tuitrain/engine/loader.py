@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, Subset
 
-from tuitrain.config import DataConfig
+from tuitrain.core.config import DataConfig
+from tuitrain.core.errors import UserError
 from tuitrain.engine.augment import Augment
 from tuitrain.engine.data import (
     SPLITS,
@@ -34,7 +35,6 @@ from tuitrain.engine.data import (
 )
 from tuitrain.engine.factory import blame_user, error_line, is_memory_error, load_factory
 from tuitrain.engine.task import to_device
-from tuitrain.errors import UserError
 
 
 class _EpochSampler(Sampler[int]):

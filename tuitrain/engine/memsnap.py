@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from tuitrain.engine.control import MEMORY_ON_CPU
+from tuitrain.core.control import MEMORY_ON_CPU
+from tuitrain.core.safefile import open_nofollow, replacing
 from tuitrain.metrics.records import event_record
 from tuitrain.metrics.sinks import Sink
-from tuitrain.safefile import open_nofollow, replacing
 
 VIEWER = "https://pytorch.org/memory_viz"
 MAX_ENTRIES = 100_000  # alloc/free events kept (torchtitan's default): bounds host memory

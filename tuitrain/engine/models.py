@@ -8,9 +8,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from tuitrain.config import ModelConfig
+from tuitrain.core.config import ModelConfig
+from tuitrain.core.errors import UserError
 from tuitrain.engine.factory import blame_user, load_factory
-from tuitrain.errors import UserError
 
 
 class FashionCNN(nn.Module):

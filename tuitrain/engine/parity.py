@@ -31,10 +31,13 @@ from typing import Any, Literal, cast
 
 import torch
 
-from tuitrain.config import Config
-from tuitrain.engine.control import Control
+from tuitrain.core.config import Config
+from tuitrain.core.control import Control
+from tuitrain.core.errors import UserError
 from tuitrain.engine.device import device_name, resolve_device
-from tuitrain.engine.parity_report import (
+from tuitrain.engine.precision import resolve_precision
+from tuitrain.engine.runner import RunResult, run
+from tuitrain.metrics.parity_report import (
     EARLY_STEPS,
     EARLY_WARN_REL_DIFF,
     MIXED_CHOICES,
@@ -49,9 +52,6 @@ from tuitrain.engine.parity_report import (
     paired_mean_ci,
     write_parity_json,
 )
-from tuitrain.engine.precision import resolve_precision
-from tuitrain.engine.runner import RunResult, run
-from tuitrain.errors import UserError
 from tuitrain.metrics.records import event_record, tagged, task_declaration
 from tuitrain.metrics.sinks import NullSink, Sink
 

@@ -9,9 +9,9 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from tuitrain.core.safefile import open_nofollow, replacing
 from tuitrain.metrics.records import event_record
 from tuitrain.metrics.sinks import Sink
-from tuitrain.safefile import open_nofollow, replacing
 
 TOP_ROWS = 15
 # Profiled but not counted: the profiler's own start-up (and the first step's allocations)

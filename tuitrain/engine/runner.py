@@ -20,14 +20,14 @@ from typing import Any
 import torch
 
 import tuitrain
-from tuitrain.config import Config
-from tuitrain.engine.control import Control
+from tuitrain.core.config import Config
+from tuitrain.core.control import Control
+from tuitrain.core.errors import EXIT_FAILED, EXIT_OK, TrainingError, UserError
 from tuitrain.engine.device import device_name, tf32_active, unused_gpu_warning
 from tuitrain.engine.diagnostics import StallWatch
 from tuitrain.engine.factory import is_memory_error
 from tuitrain.engine.setup import DistInfo, RunParts, build_parts
 from tuitrain.engine.trainer import Trainer
-from tuitrain.errors import EXIT_FAILED, EXIT_OK, TrainingError, UserError
 from tuitrain.metrics.records import end_record, event_record, header_record
 from tuitrain.metrics.sinks import Sink
 
@@ -242,7 +242,7 @@ def fail(
                 trainer.memory.on_oom(trainer.step + 1, sink)
             trainer.memory.stop()
     if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-        # SystemExit: a second Ctrl-C or SIGTERM (tuitrain.signals) means "leave now". The
+        # SystemExit: a second Ctrl-C or SIGTERM (tuitrain.host.signals) means "leave now". The
         # last checkpoint stays as it was; an end record says how the run ended (best effort).
         if isinstance(exc, SystemExit) and isinstance(exc.code, int):
             reason = f"{control.stop_reason or 'stopped'}; a second signal left mid-step"

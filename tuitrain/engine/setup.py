@@ -12,7 +12,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from tuitrain.config import Config, OptimConfig
+from tuitrain.core.config import Config, OptimConfig
+from tuitrain.core.errors import UserError
 from tuitrain.engine.data import DataBundle, build_data
 from tuitrain.engine.device import device_name, resolve_device, tf32_active
 from tuitrain.engine.factory import blame_user
@@ -38,7 +39,6 @@ from tuitrain.engine.task import (
     task_label,
     validation_values,
 )
-from tuitrain.errors import UserError
 
 
 @dataclass(slots=True)

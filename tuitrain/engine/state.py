@@ -31,7 +31,7 @@ from tuitrain.engine.checkpoint import (
 from tuitrain.engine.strategy import DistInfo
 
 if TYPE_CHECKING:  # annotations only (setup does not import this module: no circle)
-    from tuitrain.config import Config
+    from tuitrain.core.config import Config
     from tuitrain.engine.setup import RunParts
 
 FORMAT_VERSION = 1

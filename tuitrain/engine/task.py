@@ -40,9 +40,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from tuitrain.config import Config
+from tuitrain.core.config import Config
+from tuitrain.core.errors import UserError
 from tuitrain.engine.factory import blame_user, load_factory
-from tuitrain.errors import UserError
 from tuitrain.metrics.records import CONTRACT_FIELDS, USER_PREFIX, user_field
 
 METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]{0,63}")

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tuitrain.errors import UserError
+from tuitrain.core.errors import UserError
 from tuitrain.metrics.records import Record, eval_metric_items, train_metric_items
 from tuitrain.metrics.sinks import Sink
 

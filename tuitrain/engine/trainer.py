@@ -20,9 +20,10 @@ import torch
 from torch import nn
 
 import tuitrain
-from tuitrain.config import Config
+from tuitrain.core.config import Config
+from tuitrain.core.control import Control
+from tuitrain.core.errors import TrainingError
 from tuitrain.engine.checkpoint import check_compatible, rng_state, set_rng_state
-from tuitrain.engine.control import Control
 from tuitrain.engine.device import synchronize
 from tuitrain.engine.diagnostics import Diagnostics
 from tuitrain.engine.memsnap import MemorySnapshot
@@ -39,7 +40,6 @@ from tuitrain.engine.task import (
     task_label,
     validation_values,
 )
-from tuitrain.errors import TrainingError
 from tuitrain.metrics.records import eval_record, event_record
 from tuitrain.metrics.sinks import Sink
 

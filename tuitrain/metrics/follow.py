@@ -23,9 +23,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO, cast
 
+from tuitrain.core.safefile import NotRegular, open_regular
 from tuitrain.metrics.runfile import metrics_path, parse_line, step_in_range  # noqa: F401
 from tuitrain.metrics.store import MetricStore
-from tuitrain.safefile import NotRegular, open_regular
 
 TRAIN_PREFIX = b'{"type": "train"'
 TRAIN_AFTER_NEWLINE = b"\n" + TRAIN_PREFIX

@@ -36,8 +36,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
-from tuitrain.engine.rundir import LOCK_NAME, writer_gone  # torch-free: flock only
-from tuitrain.errors import UserError
+from tuitrain.core.errors import UserError
+from tuitrain.core.rundir import LOCK_NAME, writer_gone  # torch-free: flock only
+from tuitrain.core.safefile import NotRegular, open_regular
 from tuitrain.metrics.records import (
     MAX_HEADER_BYTES,
     MAX_RECORD_BYTES,
@@ -45,7 +46,6 @@ from tuitrain.metrics.records import (
     task_declaration,
     valid_step,
 )
-from tuitrain.safefile import NotRegular, open_regular
 
 __all__ = [
     "LOCK_NAME",

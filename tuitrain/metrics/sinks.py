@@ -21,6 +21,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from tuitrain.core.safefile import open_nofollow
+from tuitrain.core.text import strip_controls
 from tuitrain.metrics.format import (
     ETA_WINDOW,
     eta_seconds,
@@ -36,8 +38,6 @@ from tuitrain.metrics.records import (
     clean_record,
 )
 from tuitrain.metrics.store import MetricStore
-from tuitrain.safefile import open_nofollow
-from tuitrain.text import strip_controls
 
 __all__ = [
     "ConsoleSink",

@@ -28,14 +28,14 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from tuitrain.config import Config, describe_presets
-from tuitrain.engine.control import MEMORY_ON_CPU
-from tuitrain.engine.rundir import prepare_run_dir
-from tuitrain.errors import EXIT_FAILED, EXIT_SIGINT
-from tuitrain.host import RunHost
+from tuitrain.core.config import Config, describe_presets
+from tuitrain.core.control import MEMORY_ON_CPU
+from tuitrain.core.errors import EXIT_FAILED, EXIT_SIGINT
+from tuitrain.core.rundir import prepare_run_dir
+from tuitrain.host.run import RunHost
+from tuitrain.host.stdio import native_stderr_to, say
 from tuitrain.metrics.format import format_duration
 from tuitrain.metrics.store import MetricStore
-from tuitrain.stdio import native_stderr_to, say
 from tuitrain.ui.screens.help import HelpScreen
 from tuitrain.ui.screens.metrics import MetricsScreen
 from tuitrain.ui.screens.parity import NO_PRESET, ParityScreen
@@ -456,9 +456,9 @@ def carry_on_headless(host: RunHost, error: BaseException) -> int:
     signal's code when one stopped it)."""
     import traceback
 
+    from tuitrain.core.safefile import write_atomic_text
+    from tuitrain.host.signals import stop_run_on_signals
     from tuitrain.metrics.sinks import ConsoleSink
-    from tuitrain.safefile import write_atomic_text
-    from tuitrain.signals import stop_run_on_signals
 
     failure = f"{type(error).__name__}: {error}".splitlines()[0][:300]
     where: Path | None = None

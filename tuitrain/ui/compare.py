@@ -1,7 +1,7 @@
 """Runs overlaid: `tuitrain watch --compare A B [C ...]` (2 to 8 runs: fp32 against bf16, say).
 
 Each run has its own `MetricStore`, fed by its own `JsonlFollower` (built by
-`tuitrain.watch`), so a live run keeps updating. The app shows one row per run (label,
+`tuitrain.commands.watch`), so a live run keeps updating. The app shows one row per run (label,
 status, latest step, smoothed loss, median samples/s, median achieved TFLOP/s and MFU, the
 primary metric's last value), each run against A (median throughput ratio, the primary
 metric's gap in its units), and three charts with every run overlaid: smoothed train loss,

@@ -18,8 +18,9 @@ from textual.binding import Binding
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Footer, Input, Static
 
-from tuitrain.runs import COLUMNS, RunRow, cells
-from tuitrain.text import strip_controls
+from tuitrain.core.text import strip_controls
+from tuitrain.metrics.format import COLUMNS, cells
+from tuitrain.metrics.runfile import RunSummary as RunRow
 from tuitrain.ui.widgets.panel import esc
 
 MAX_FILTER = 200  # characters of filter text

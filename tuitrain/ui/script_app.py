@@ -5,7 +5,7 @@ after the grace period); the app stays open on the ended run until `q` again.
 The pane keeps up whatever the script prints: lines reach it through a bounded queue (the
 oldest dropped and counted: "[N lines skipped]"), at most DRAIN_MAX lines (DRAIN_CHARS
 characters) a tick, each
-already cut to tuitrain.script.LINE_CAP bytes; output.log keeps everything."""
+already cut to tuitrain.client.parent.LINE_CAP bytes; output.log keeps everything."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 
 from textual.widgets import RichLog
 
+from tuitrain.client.proctree import TreeSampler
+from tuitrain.core.text import strip_controls
 from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.store import MetricStore
-from tuitrain.proctree import TreeSampler
-from tuitrain.text import strip_controls
 from tuitrain.ui.app import TuitrainApp
 
 if TYPE_CHECKING:
-    from tuitrain.script import Script
+    from tuitrain.client.parent import Script
 
 MAX_OUTPUT_LINES = 2000
 QUEUE_MAX = MAX_OUTPUT_LINES  # more lines than the pane keeps would never be seen
@@ -100,7 +100,7 @@ class ScriptApp(TuitrainApp):
         self.lines_shown = self.lines_skipped = 0  # the script's lines, written or dropped
         self.quit_wanted = False
         self.tree_sampler = TreeSampler(script.proc.pid)
-        from tuitrain.script import AlertActions
+        from tuitrain.client.parent import AlertActions
 
         self.actions = AlertActions(script, on_alert, self.say)
         self.alerts_seen = 0

@@ -14,10 +14,10 @@ from typing import Any
 
 from textual.message import Message
 
-from tuitrain.config import Config, load_preset
-from tuitrain.engine.rundir import sibling_run_dir
-from tuitrain.errors import UserError
-from tuitrain.host import RunHost
+from tuitrain.core.config import Config, load_preset
+from tuitrain.core.errors import UserError
+from tuitrain.core.rundir import sibling_run_dir
+from tuitrain.host.run import RunHost
 from tuitrain.metrics.records import event_record
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.stopping import StoppingApp

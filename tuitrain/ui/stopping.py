@@ -34,9 +34,9 @@ from textual.drivers.linux_driver import LinuxDriver
 from textual.drivers.web_driver import WebDriver
 from textual.notifications import SeverityLevel
 
-from tuitrain.errors import EXIT_SIGHUP
-from tuitrain.signals import SIGNAL_NAMES, leave_after, on_stop_signals
-from tuitrain.text import strip_controls
+from tuitrain.core.errors import EXIT_SIGHUP
+from tuitrain.core.text import strip_controls
+from tuitrain.host.signals import SIGNAL_NAMES, leave_after, on_stop_signals
 from tuitrain.ui.terminal import HangupSafeDriver
 
 OUTPUT_CHECK_S = 0.5  # how often ServedDriver looks for a reader on its output, at most

@@ -12,7 +12,7 @@ from typing import Any
 
 from textual.drivers.linux_driver import LinuxDriver
 
-from tuitrain.stdio import TerminalOutput
+from tuitrain.host.stdio import TerminalOutput
 
 __all__ = ["HangupSafeDriver", "TerminalOutput"]
 

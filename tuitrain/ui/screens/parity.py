@@ -25,9 +25,9 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tuitrain.config import Config
-from tuitrain.engine.control import Control
-from tuitrain.engine.parity_report import (
+from tuitrain.core.config import Config
+from tuitrain.core.control import Control
+from tuitrain.metrics.parity_report import (
     EARLY_STEPS,
     THRESHOLD_POINTS,
     ParityResult,
@@ -38,7 +38,7 @@ from tuitrain.metrics.store import Snapshot
 from tuitrain.ui.widgets.chart import Line, MetricChart
 
 if TYPE_CHECKING:
-    from tuitrain.host import RunHost
+    from tuitrain.host.run import RunHost
 
 TICK_S = 0.25  # text at 4 Hz; the chart every other tick (2 Hz), only when data changed
 PAUSE_WAIT_S = 5.0  # how long to wait for the training run to reach a step boundary

@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from tuitrain.text import strip_controls
+from tuitrain.core.text import strip_controls
 
 
 class PresetScreen(ModalScreen[str | None]):

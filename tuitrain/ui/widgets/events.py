@@ -16,11 +16,11 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import RichLog
 
+from tuitrain.core.text import strip_controls
 from tuitrain.metrics.format import format_number, metric_formats, precision_label
 from tuitrain.metrics.records import Record, eval_metric_items, format_metric
 from tuitrain.metrics.sinks import SEQ_KEY, STEP_KEY
 from tuitrain.metrics.store import Snapshot
-from tuitrain.text import strip_controls
 from tuitrain.ui.view import Frame, as_number
 
 LEVEL_MARK = {"info": ("·", "foreground-darken-1"), "warning": ("▲", "warning")}

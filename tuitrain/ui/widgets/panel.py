@@ -18,8 +18,8 @@ from textual.dom import DOMNode
 from textual.geometry import Size
 from textual.widgets import Sparkline, Static
 
+from tuitrain.core.text import strip_controls
 from tuitrain.metrics.store import Series, Snapshot
-from tuitrain.text import strip_controls
 from tuitrain.ui.view import Frame
 from tuitrain.ui.widgets.chart import Line, MetricChart
 

@@ -22,11 +22,11 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
-from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError
-from tuitrain.metrics.records import format_metric
+from tuitrain.core.errors import EXIT_USAGE, OneLineParser, UserError
+from tuitrain.metrics.format import COLUMNS, cells
 from tuitrain.metrics.runfile import (  # noqa: F401 - re-exported
     SILENT_UNKNOWN_S,
     TAIL_BYTES,
@@ -63,40 +63,8 @@ def list_runs(folder: Path) -> list[RunRow]:
     return rows
 
 
-def duration_text(seconds: float | None) -> str:
-    from tuitrain.metrics.format import format_duration
-
-    return "–" if seconds is None else format_duration(seconds)
-
-
-def rate_text(row: RunRow) -> str:
-    if row.tokens_per_s is not None:
-        return f"{row.tokens_per_s:,.0f} tok/s"
-    return "–" if row.samples_per_s is None else f"{row.samples_per_s:,.0f}/s"
-
-
-def cells(row: RunRow) -> list[str]:
-    best = (
-        "–" if row.best is None else f"{row.best_metric} {format_metric(row.best, row.best_format)}"
-    )
-    started = "–"
-    if row.started:
-        try:
-            started = datetime.fromisoformat(row.started).astimezone(UTC).strftime("%Y-%m-%d %H:%M")
-        except ValueError:
-            started = row.started[:16]
-    return [
-        row.name, row.status, row.preset or row.task or "–",
-        "–" if row.steps is None else f"{row.steps:,}", best, rate_text(row),
-        duration_text(row.duration_s), started,
-    ]  # fmt: skip
-
-
-COLUMNS = ["run", "status", "preset", "steps", "best", "throughput", "duration", "started"]
-
-
 def plain_table(rows: Sequence[RunRow]) -> str:
-    from tuitrain.text import strip_controls
+    from tuitrain.core.text import strip_controls
 
     table = [COLUMNS] + [[strip_controls(c) for c in cells(r)] for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
@@ -129,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps([r.to_json() for r in rows]))
         return 0
-    from tuitrain.stdio import can_draw_ui
+    from tuitrain.host.stdio import can_draw_ui
 
     if can_draw_ui() or not rows:  # the check every command makes before its UI
         print(plain_table(rows) if rows else f"no runs in {args.folder}")
@@ -140,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     choice = app.run()
     if not choice:
         return 0
-    from tuitrain.watch import main as watch_main
+    from tuitrain.commands.watch import main as watch_main
 
     kind, paths = choice
     return watch_main(watch_args(kind, paths))

@@ -2,8 +2,8 @@
 
 Rank 0 alone prints (or draws the UI), writes metrics.jsonl and checkpoints; other ranks are
 quiet and log to rank-N.log in the same run dir (rank 0 picks it and broadcasts it). Every run
-goes through `tuitrain.host.RunHost`; the ranks follow rank 0 from run to run
-(`tuitrain.host.serve_rank`).
+goes through `tuitrain.host.run.RunHost`; the ranks follow rank 0 from run to run
+(`tuitrain.host.run.serve_rank`).
 """
 
 from __future__ import annotations
@@ -17,20 +17,20 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from tuitrain import __version__
-from tuitrain.config import Config
-from tuitrain.errors import EXIT_FAILED, EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM, UserError
-from tuitrain.signals import LAUNCHER_ENV, SIGNAL_NAMES, defer_signals, early_signal
-from tuitrain.stdio import print_out
+from tuitrain.core.config import Config
+from tuitrain.core.errors import EXIT_FAILED, EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM, UserError
+from tuitrain.host.signals import LAUNCHER_ENV, SIGNAL_NAMES, defer_signals, early_signal
+from tuitrain.host.stdio import print_out
 
 if TYPE_CHECKING:
-    from tuitrain.host import RunHost
+    from tuitrain.host.run import RunHost
     from tuitrain.metrics.sinks import Sink
 
 
 def run_dir_of_checkpoint(path: Path) -> Path:
     """The run dir a checkpoint lies in (<run_dir>/checkpoints/ckpt-stepN.pt), or a refusal:
     its parent's parent (a home directory, say) is no run dir to write in."""
-    from tuitrain.engine.rundir import CKPT_DIR, resumed_run_dir
+    from tuitrain.core.rundir import CKPT_DIR, resumed_run_dir
 
     run_dir = resumed_run_dir(str(path))
     if run_dir is not None:
@@ -45,7 +45,7 @@ def resume_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Confi
     """The checkpoint's own config (plus overrides) and its state. The run dir is --run-dir,
     else the run dir the checkpoint lies in; a checkpoint elsewhere needs --run-dir (its
     parent's parent, a home directory say, is no run dir to write in)."""
-    from tuitrain.config import apply_overrides, config_from_dict
+    from tuitrain.core.config import apply_overrides, config_from_dict
 
     # said before torch is imported (seconds on a small CPU); where the checkpoint lies is
     # checked after its contents, so a foreign file is named as such, not as misplaced
@@ -92,7 +92,7 @@ def check_factories(
     """A factory named by a checkpoint's saved config is imported and called on resume: that
     is running the file's code. Only factories the user named on this command line (an
     override) or in the preset passed with --preset may run."""
-    from tuitrain.config import load_preset, parse_override
+    from tuitrain.core.config import load_preset, parse_override
     from tuitrain.engine.checkpoint import CheckpointError
 
     touched = {".".join(parse_override(text)[0]) for text in overrides}
@@ -135,7 +135,7 @@ def process_group(cfg: Config) -> Iterator[Any]:
 def run_headless(cfg: Config, resume: dict[str, Any] | None = None) -> int:
     """Train without a UI; under torchrun (WORLD_SIZE > 1) as one rank of the job."""
     defer_signals()  # before the imports below pull in torch
-    from tuitrain.host import RunHost, run_inline, serve_rank
+    from tuitrain.host.run import RunHost, run_inline, serve_rank
 
     with process_group(cfg) as info:
         if info.world_size > 1 and not info.is_main:

@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from tuitrain.errors import EXIT_FAILED, EXIT_OK, EXIT_PARITY_FAIL
+from tuitrain.core.errors import EXIT_FAILED, EXIT_OK, EXIT_PARITY_FAIL
+from tuitrain.core.safefile import write_atomic_text
 from tuitrain.metrics.sinks import Sink, StoreSink, to_json_line
 from tuitrain.metrics.store import MetricStore, Snapshot
-from tuitrain.safefile import write_atomic_text
 
 THRESHOLD_POINTS = 0.5  # the seeds: "un écart de plus de 0,5 point signale un problème"
 EARLY_STEPS = 20

@@ -1,34 +1,11 @@
-"""`tuitrain run [--run-dir DIR] [--no-ui] -- CMD ...`: watch any script that logs through the
-client (`tuitrain.init/log`, `tuitrain.wandb`, the Lightning logger, the HF callback).
-
-CMD starts with `TUITRAIN_RUN_DIR` set to the run dir, in its own session (so a terminal's
-Ctrl-C reaches tuitrain, which passes it on). Its stdout and stderr, merged, are kept in
-RUN_DIR/output.log and shown: in the dashboard's Output pane (never over the dashboard), or
-passed through with `--no-ui`, where the records are printed as line logs as they arrive.
-The dashboard is `watch`'s over the run's metrics.jsonl.
-
-`q` asks the script to stop (SIGINT; SIGTERM after `--grace-s`; SIGKILL after as long again);
-SIGTERM, SIGINT and SIGHUP sent to `tuitrain run` go to the script. `tuitrain run` exits with
-the script's exit code (a signal as 128 + N). The run always has an end record: when the
-script left none (it never called `finish`, was killed, or never logged at all), tuitrain
-writes one naming the exit code and the last step the records reached; a script that exits
-non-zero after an end record saying "completed" gets a later end record saying it failed
-(readers take the last one).
-
-The run dir is `tuitrain run`'s while it lives: it holds RUN_DIR/.tuitrain-run.lock (a second
-`tuitrain run` there is refused, even before the script takes the writer lock), opens
-output.log without following a link, and refuses a link, FIFO, device, socket or directory
-where output.log or metrics.jsonl go. What the script leaves running in its process group
-when it exits is ended (SIGTERM, SIGKILL after the grace) and named in a warning event.
-
-Output of any size: it is read in chunks of CHUNK bytes and written to output.log as read
-(complete, raw); for the screen, `\n`, `\r\n` and `\r` end a line and a line is cut to
-LINE_CAP bytes with a marker (never more than that is held for a line).
-"""
+"""The parent side of `tuitrain run -- CMD`: the script as a child process in its own process
+group (its output read in bounded chunks, cut into lines, kept whole in output.log), the run
+dir it owns (its lock, the files it refuses), the alert actions and hooks, what it left running,
+and the end record that says how it ended. `tuitrain/commands/run.py` is the command around it;
+`tuitrain/ui/script_app.py` draws it."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import errno
 import json
@@ -38,7 +15,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -48,11 +24,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import tuitrain
-from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError
+from tuitrain.core.errors import UserError
+from tuitrain.core.safefile import LinkRefused, not_regular, open_nofollow
 from tuitrain.metrics.records import end_record, event_record
 from tuitrain.metrics.runfile import LineTail
-from tuitrain.safefile import LinkRefused, not_regular, open_nofollow
-from tuitrain.stdio import can_draw_ui
 
 GRACE_S = 10.0
 HOOK_TIMEOUT_S = 60.0  # an --on-alert hook (and what it started) is killed after this
@@ -62,42 +37,6 @@ RUN_LOCK_NAME = ".tuitrain-run.lock"  # held by `tuitrain run` for its whole lif
 LOOK_EVERY_S = 1.0  # how often to look for a metrics.jsonl the script writes elsewhere
 SHOWN_LEFTOVERS = 5  # commands named in the leftover-processes event
 BACKLOG = 2000  # output lines kept for a listener that comes after the script started
-TREE_EVERY_S = 30.0  # --no-ui: a line on the script's process tree this often
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog="tuitrain run",
-        description="Run a training script that logs through tuitrain's client and show its "
-        "run live: tuitrain run [options] -- python train.py ARGS",
-    )
-    p.add_argument("--run-dir", help="the run dir (default runs/SCRIPT-TIMESTAMP)")
-    p.add_argument("--name", help="the run's name (default: the script's file name)")
-    p.add_argument("--no-ui", action="store_true", help="line logs and the script's output")
-    p.add_argument(
-        "--grace-s",
-        type=float,
-        default=GRACE_S,
-        help=f"seconds between SIGINT and SIGTERM when stopping the script (default {GRACE_S:g})",
-    )
-    p.add_argument(
-        "--alert",
-        action="append",
-        default=[],
-        metavar="RULE=ACTION",
-        help="an alert rule's action for the script's run (repeatable): RULE one of "
-        "loss_spike, nonfinite_metric, throughput_drop, memory_creep, input_bound, ...; "
-        "ACTION off, warn or stop (stop: the client sets run.should_stop, and tuitrain run "
-        "asks the script to stop as q does)",
-    )
-    p.add_argument(
-        "--on-alert",
-        metavar="CMD",
-        help="a shell command run once per alert, the alert as one JSON object on its stdin",
-    )
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
-    return p
 
 
 def script_name(command: Sequence[str]) -> str:
@@ -149,7 +88,7 @@ class AlertActions:
             self.hooks.append(thread)
 
     def _hook(self, payload: str) -> None:
-        from tuitrain.hooks import run_hook  # the engine's on_alert runs through it too
+        from tuitrain.core.hooks import run_hook  # the engine's on_alert runs through it too
 
         if why := run_hook(self.on_alert or "", payload, HOOK_TIMEOUT_S):
             with contextlib.suppress(Exception):
@@ -276,7 +215,7 @@ def last_records(metrics: Path, chunk: int = 1 << 20) -> tuple[dict[str, Any] | 
 def end_group(pgid: int, grace_s: float) -> list[str]:
     """End what is left of process group `pgid` (the script has exited): SIGTERM, then SIGKILL
     after `grace_s`. Returns the commands of the processes that were left (Linux: /proc)."""
-    from tuitrain.proctree import group_members
+    from tuitrain.client.proctree import group_members
 
     left = group_members(pgid)
     if not left:
@@ -319,7 +258,7 @@ class Script:
         run_dir.mkdir(parents=True, exist_ok=True)
         self._run_lock = claim_run_dir(run_dir)
         try:
-            from tuitrain.engine.rundir import refuse_if_held
+            from tuitrain.core.rundir import refuse_if_held
 
             refuse_if_held(run_dir)  # a hosted run or a script of its own writing there now
             refuse_special(self.metrics)
@@ -417,7 +356,7 @@ class Script:
         if self.elsewhere is not None or time.monotonic() - self._looked < LOOK_EVERY_S:
             return None
         self._looked = time.monotonic()
-        from tuitrain.proctree import files_open_named, tree_pids
+        from tuitrain.client.proctree import files_open_named, tree_pids
 
         ours = os.path.realpath(self.metrics)
         others = sorted(p for p in files_open_named(tree_pids(self.proc.pid), "metrics.jsonl")
@@ -458,7 +397,7 @@ class Script:
     def _write_records(self, code: int) -> None:
         """The leftover-processes event and the end record, as the run dir's writer: skipped,
         with a note, when another writer holds it now (the script was not its writer)."""
-        from tuitrain.engine.rundir import RunDirLock
+        from tuitrain.core.rundir import RunDirLock
 
         try:
             lock = RunDirLock(self.run_dir)
@@ -583,128 +522,6 @@ def ensure_end(
         sink.close()
 
 
-def default_run_dir(name: str) -> Path:
-    return Path("runs") / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
-    try:
-        if not command:
-            raise UserError("no command to run; put it after --: tuitrain run -- python train.py")
-        if not args.grace_s > 0:
-            raise UserError(f"--grace-s {args.grace_s:g} must be a positive number of seconds.")
-        name = args.name or script_name(command)
-        run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(name)
-        from tuitrain.engine.rundir import refuse_if_held
-
-        refuse_if_held(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        alerts = alert_rules(args.alert)
-        script = Script(command, run_dir, args.grace_s, alerts)
-    except UserError as exc:
-        print(f"tuitrain run: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as exc:
-        print(
-            f"tuitrain run: error: cannot use the run dir ({exc.strerror or exc}).", file=sys.stderr
-        )
-        return EXIT_USAGE
-    print(f"tuitrain run: {' '.join(command)} (run dir {run_dir})", file=sys.stderr)
-    if args.no_ui or can_draw_ui():  # the check every command makes before its UI
-        code = run_headless(script, args.on_alert)
-    else:
-        code = run_dashboard(script, args.on_alert)
-    for note in script.notes:
-        with contextlib.suppress(OSError, ValueError):
-            print(f"tuitrain run: {note}", file=sys.stderr, flush=True)
-    return code
-
-
-def forward_signals(script: Script) -> Callable[[], None]:
-    """SIGTERM/SIGINT/SIGHUP to tuitrain run go to the script; returns the undo."""
-    previous: dict[int, Any] = {}
-
-    def handler(signum: int, _frame: Any) -> None:
-        script.signal_name = signal.Signals(signum).name
-        script.request_stop(signum)
-
-    if threading.current_thread() is threading.main_thread():
-        for signum in FORWARDED:
-            previous[signum] = signal.signal(signum, handler)
-
-    def undo() -> None:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
-
-    return undo
-
-
-def run_headless(script: Script, on_alert: str | None = None) -> int:
-    """The script's output and the run's records as line logs, until the script ends."""
-    from tuitrain.metrics.format import format_record
-
-    out: IO[str] = sys.stdout
-
-    def say(text: str) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            print(f"[tuitrain] {text}", file=out, flush=True)
-
-    script.listen(lambda line: print(line, file=out, flush=True))
-    from tuitrain.proctree import TreeSampler
-
-    undo = forward_signals(script)
-    tail = Tail(script.metrics)
-    tree, said = TreeSampler(script.proc.pid), time.monotonic()
-    actions = AlertActions(script, on_alert, say)
-    tree.sample()  # the CPU share is measured from here
-
-    def show_records() -> None:
-        for record in tail.read():
-            actions.see(record)
-            if record.get("type") != "header" and (text := format_record(record)):
-                say(text)
-
-    try:
-        while script.proc.poll() is None:
-            if time.monotonic() - said >= TREE_EVERY_S:
-                said = time.monotonic()
-                say(tree.sample().text())
-            show_records()
-            if note := script.look_elsewhere():
-                say(note)
-            script.escalate()
-            time.sleep(0.25)
-        code = script.finish()  # signals still go to the script (and its leftovers) meanwhile
-    finally:
-        undo()
-    show_records()
-    actions.close()
-    return code
-
-
 class Tail(LineTail):
     """New whole lines of a growing JSONL file, as records: runfile's reader (the same
     cleaning and limits as every other command's)."""
-
-
-def run_dashboard(script: Script, on_alert: str | None = None) -> int:
-    from tuitrain.ui.script_app import ScriptApp
-
-    undo = forward_signals(script)
-    try:
-        app = ScriptApp(script, on_alert)
-        app.run()
-        if script.proc.poll() is None:  # the app left first (a second q): stop the script too
-            script.request_stop(signal.SIGTERM)
-            try:
-                script.proc.wait(timeout=script.grace_s)
-            except subprocess.TimeoutExpired:
-                script.send(signal.SIGKILL)
-                script.proc.wait()
-        return script.finish()
-    finally:
-        undo()

@@ -18,12 +18,12 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from tuitrain.errors import EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM
+from tuitrain.core.errors import EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM
 
 if TYPE_CHECKING:
     import asyncio  # 30 ms to import: only the app's event loop needs it, and has it
 
-    from tuitrain.engine.control import Control
+    from tuitrain.core.control import Control
 
 SIGNAL_NAMES: dict[int, tuple[str, int]] = {
     signal.SIGINT: ("SIGINT", EXIT_SIGINT),

@@ -12,9 +12,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tuitrain.config import Config
-from tuitrain.errors import UserError
-from tuitrain.safefile import kind_of, open_nofollow, temp_beside, write_atomic_text
+from tuitrain.core.config import Config
+from tuitrain.core.errors import UserError
+from tuitrain.core.safefile import kind_of, open_nofollow, temp_beside, write_atomic_text
 
 
 def default_run_dir(cfg: Config) -> Path:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from tuitrain.safefile import open_nofollow
+from tuitrain.core.safefile import open_nofollow
 
 
 @contextlib.contextmanager

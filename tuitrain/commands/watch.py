@@ -28,9 +28,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError, usable_path
+from tuitrain.core.errors import EXIT_USAGE, OneLineParser, UserError, usable_path
+from tuitrain.core.safefile import NotRegular, kind_of, open_regular
 from tuitrain.metrics.runfile import has_run_files, metrics_path
-from tuitrain.safefile import NotRegular, kind_of, open_regular
 
 MAX_POLL_S = 3600.0  # --poll: seconds between file checks, above 0 and at most this
 FORCE_EXIT_S = 5.0  # a viewer asked to stop (signal, server gone) still here then is ended
@@ -158,7 +158,7 @@ def check_terminal() -> None:
     makes): a terminal on stdin and stderr (where Textual's Linux driver reads keys and
     writes the screen) with a usable TERM, or a driver named by TEXTUAL_DRIVER (the web
     driver of `textual serve` speaks over pipes and needs none)."""
-    from tuitrain.stdio import can_draw_ui
+    from tuitrain.host.stdio import can_draw_ui
 
     if why := can_draw_ui(stdout=False):
         raise WatchError(

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from tuitrain.errors import UserError
+from tuitrain.core.errors import UserError
 
 _FLAGS = {
     "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,

@@ -26,15 +26,15 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from tuitrain.config import Config
-from tuitrain.engine.control import Control
-from tuitrain.engine.rundir import RunDirLock, prepare_run_dir, write_resolved_config
-from tuitrain.errors import EXIT_FAILED
+from tuitrain.core.config import Config
+from tuitrain.core.control import Control
+from tuitrain.core.errors import EXIT_FAILED
+from tuitrain.core.rundir import RunDirLock, prepare_run_dir, write_resolved_config
+from tuitrain.host.signals import SIGNAL_NAMES, early_signal, stop_if_orphaned, stop_run_on_signals
+from tuitrain.host.stdio import native_stderr_to, open_log, write_quietly
 from tuitrain.metrics.records import Record, amended_end, end_record, event_record
 from tuitrain.metrics.sinks import ConsoleSink, FanOutSink, JsonlSink, Sink, TimelineStoreSink
 from tuitrain.metrics.store import MetricStore
-from tuitrain.signals import SIGNAL_NAMES, early_signal, stop_if_orphaned, stop_run_on_signals
-from tuitrain.stdio import native_stderr_to, open_log, write_quietly
 
 if TYPE_CHECKING:
     from tuitrain.engine.setup import DistInfo
@@ -391,7 +391,7 @@ def run_inline(
 
 def serve_rank(cfg: Config, resume: dict[str, Any] | None, info: DistInfo) -> int:
     """A rank other than 0: run what rank 0 runs, until rank 0 says there is no next run."""
-    from tuitrain.config import config_from_dict
+    from tuitrain.core.config import config_from_dict
     from tuitrain.engine.distributed import broadcast_object, farewell
 
     while True:

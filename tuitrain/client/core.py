@@ -64,7 +64,7 @@ from types import TracebackType
 from typing import Any
 
 import tuitrain
-from tuitrain.errors import UserError
+from tuitrain.core.errors import UserError
 from tuitrain.metrics.alerts import AlertRules
 from tuitrain.metrics.records import (
     EVAL_PREFIX,
@@ -188,7 +188,7 @@ class Run:
         alerts: Mapping[str, Any] | None = None,
         device: str | None = None,
     ) -> None:
-        from tuitrain.engine.rundir import RunDirLock
+        from tuitrain.core.rundir import RunDirLock
         from tuitrain.metrics.sinks import JsonlSink
 
         rules = _checked_alerts(alerts)  # one sentence before anything is created
@@ -610,7 +610,7 @@ class Run:
 
     def _config_file(self) -> str:
         """The whole config written to RUN_DIR/config.json (atomically); its name."""
-        from tuitrain.safefile import write_atomic_text
+        from tuitrain.core.safefile import write_atomic_text
 
         path = self.dir / "config.json"
         try:
@@ -724,7 +724,7 @@ def _checked_alerts(alerts: Mapping[str, Any] | None) -> dict[str, Any]:
     as text ("5", from argparse or YAML) are read as numbers; an unknown key, a bad action or
     a value out of range is one sentence (UserError, a ValueError's kin for the script).
     pause and checkpoint mean nothing for a foreign loop: they act as warn."""
-    from tuitrain.config import AlertsConfig, _build_section
+    from tuitrain.core.config import AlertsConfig, _build_section
 
     source = "TUITRAIN_ALERTS (tuitrain run --alert)"
     if alerts is None and os.environ.get("TUITRAIN_ALERTS"):  # from tuitrain run --alert

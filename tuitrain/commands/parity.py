@@ -17,13 +17,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from tuitrain.config import DEFAULT_PRESET, Config, load_preset, overrides_from
-from tuitrain.errors import EXIT_FAILED, OneLineParser, UserError
+from tuitrain.core.config import DEFAULT_PRESET, Config, load_preset, overrides_from
+from tuitrain.core.errors import EXIT_FAILED, OneLineParser, UserError
 from tuitrain.metrics.format import format_record
 from tuitrain.metrics.sinks import Sink
 
 if TYPE_CHECKING:
-    from tuitrain.engine.parity_report import ParityResult
+    from tuitrain.metrics.parity_report import ParityResult
 
 EXIT_CODES_HELP = """exit codes:
   0    PASS: |fp32 - mixed| validation accuracy <= 0.5 point after the last epoch
@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run_parity(cfg: Config, args: argparse.Namespace) -> int:
     from tuitrain.engine.parity import parity, resolve_mixed
-    from tuitrain.host import RunHost, run_inline
+    from tuitrain.host.run import RunHost, run_inline
     from tuitrain.metrics.sinks import JsonlSink, to_json_line
 
     resolve_mixed(cfg, args.mixed)  # bad input fails before a run dir is made
@@ -321,5 +321,5 @@ def format_metric_table(r: ParityResult, run_dir: Path) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # `python -m tuitrain.parity_cli` before `tuitrain parity` is wired
+if __name__ == "__main__":  # `python -m tuitrain.commands.parity` before `tuitrain parity` is wired
     sys.exit(main())

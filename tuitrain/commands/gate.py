@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError
+from tuitrain.core.errors import EXIT_USAGE, OneLineParser, UserError
 from tuitrain.metrics.records import task_declaration, valid_step
 
 EXIT_GATE_FAIL = 1
@@ -106,7 +106,7 @@ def metrics_path(target: str) -> Path:
 
 
 def read_run(target: str, warmup: int) -> RunFigures:
-    from tuitrain.export import Reading
+    from tuitrain.commands.export import Reading
 
     path = metrics_path(target)
     run = RunFigures(path)
@@ -307,7 +307,7 @@ def fmt(value: Any) -> str:
 
 def cell(text: str) -> str:
     """Text from a run (an end record's status or reason) as one markdown table cell."""
-    from tuitrain.text import strip_controls
+    from tuitrain.core.text import strip_controls
 
     return strip_controls(text, one_line=True).replace("|", "\\|")
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tuitrain.errors import UserError
-from tuitrain.safefile import NotRegular, open_regular, regular_or_missing
+from tuitrain.core.errors import UserError
+from tuitrain.core.safefile import NotRegular, open_regular, regular_or_missing
 
 DEFAULT_PRESET = "fashion-mini"
 PRESET_MAX_BYTES = 1 << 20  # a preset file is a few hundred bytes; this is surely not one
@@ -451,7 +451,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
 
 def shipped_presets_dir() -> Path:
     """Presets inside the wheel (tuitrain/presets) or, from a source tree, the repo's presets/."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # tuitrain/
     inside = here / "presets"
     return inside if inside.is_dir() else here.parent / "presets"
 

@@ -21,8 +21,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from tuitrain.core.errors import EXIT_USAGE, OneLineParser, UserError
+from tuitrain.core.safefile import open_nofollow, open_regular, regular_or_missing, replacing
 from tuitrain.engine.tensorboard import scalars, summary_writer
-from tuitrain.errors import EXIT_USAGE, OneLineParser, UserError
 from tuitrain.metrics.records import (
     CLASSIFY_DECLARATION,
     TRAIN_FIELDS,
@@ -32,7 +33,6 @@ from tuitrain.metrics.records import (
     train_metric_items,
 )
 from tuitrain.metrics.runfile import RunTargetError, classify_line, run_target
-from tuitrain.safefile import open_nofollow, open_regular, regular_or_missing, replacing
 
 # CSV columns: one row per train or eval record, validation columns filled on eval rows.
 # These are a classification run's (its declaration's validation metrics, records.
