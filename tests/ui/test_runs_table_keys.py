@@ -85,4 +85,4 @@ async def test_a_hostile_filter_is_literal_text(added: list[str]) -> None:
         await pilot.press("slash", *["backspace"] * 6, *"R00", "enter")  # case-insensitive
         assert [r.name for r in app.shown] == [f"r00{i}" for i in range(10)]
         await pilot.press("enter")
-    assert app.return_value == ("watch", ["runs/r000"])
+    assert app.choice == ("watch", ["runs/r000"])

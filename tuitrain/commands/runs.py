@@ -105,9 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tuitrain.ui.runs_app import RunsApp
 
     app = RunsApp(rows)
-    choice = app.run()
+    code = app.run()
+    if app.signal_exit_code is not None:  # SIGTERM, SIGINT, SIGHUP (a terminal gone)
+        return app.signal_exit_code
+    choice = app.choice
     if not choice:
-        return 0
+        return code or 0
     from tuitrain.commands.watch import main as watch_main
 
     kind, paths = choice

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.text import Text
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Footer, Input, Static
@@ -21,6 +21,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 from tuitrain.core.text import strip_controls
 from tuitrain.metrics.format import COLUMNS, cells
 from tuitrain.metrics.runfile import RunSummary as RunRow
+from tuitrain.ui.stopping import StoppingApp
 from tuitrain.ui.widgets.panel import esc
 
 MAX_FILTER = 200  # characters of filter text
@@ -37,7 +38,7 @@ SORT_KEYS = {
 }
 
 
-class RunsApp(App[tuple[str, list[str]] | None]):
+class RunsApp(StoppingApp):
     """Returns ("watch", [dir]) or ("compare", [a, b]) for the command to open, or None."""
 
     CSS = """
@@ -59,6 +60,9 @@ class RunsApp(App[tuple[str, list[str]] | None]):
 
     def __init__(self, rows: Sequence[RunRow]) -> None:
         super().__init__()
+        # what to open once the table closes: ("watch" | "compare", run dirs); None after q
+        # or a stop signal (SIGTERM, SIGINT, SIGHUP: `StoppingApp`, the other apps' handling)
+        self.choice: tuple[str, list[str]] | None = None
         self.rows = list(rows)
         self.by_dir = {r.run_dir: r for r in self.rows}
         self.marked: set[str] = set()
@@ -80,6 +84,7 @@ class RunsApp(App[tuple[str, list[str]] | None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        super().on_mount()  # the stop signals, as every tuitrain app takes them
         for table in self.query(DataTable):
             table.add_column(" ", key="mark")
             for name in COLUMNS:
@@ -155,7 +160,8 @@ class RunsApp(App[tuple[str, list[str]] | None]):
     def action_open(self) -> None:
         row = self.current()
         if row is not None:
-            self.exit(("watch", [row.run_dir]))
+            self.choice = ("watch", [row.run_dir])
+            self.exit(0)
 
     def action_mark(self) -> None:
         row = self.current()
@@ -176,7 +182,8 @@ class RunsApp(App[tuple[str, list[str]] | None]):
             self.notify(f"mark 2 to 8 runs with space to compare them ({len(marked)} marked)",
                         severity="warning")  # fmt: skip
             return
-        self.exit(("compare", marked))
+        self.choice = ("compare", marked)
+        self.exit(0)
 
     def action_sort(self) -> None:
         self.sort_column = (self.sort_column + 1) % len(COLUMNS)
