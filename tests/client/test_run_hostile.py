@@ -18,8 +18,15 @@ from typing import Any
 
 import pytest
 
+from tuitrain.client.parent import (
+    LINE_CAP,
+    AlertActions,
+    LineCutter,
+    Tail,
+    ensure_end,
+    last_records,
+)
 from tuitrain.commands import run as run_cmd
-from tuitrain.client.parent import LINE_CAP, AlertActions, LineCutter, Tail, ensure_end, last_records
 from tuitrain.metrics.records import MAX_HEADER_BYTES
 from tuitrain.ui.script_app import LineQueue
 
