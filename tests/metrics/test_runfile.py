@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tuitrain.commands.export import csv_columns
-from tuitrain.core.rundir import RunDirLock
 from tuitrain.core.hooks import run_hook
+from tuitrain.core.rundir import RunDirLock
 from tuitrain.host.stdio import can_draw_ui
 from tuitrain.metrics.format import format_eval_line
 from tuitrain.metrics.records import MAX_HEADER_BYTES, STEP_MAX
