@@ -31,8 +31,9 @@ import torch
 from _common import emit, machine, spread
 
 from tuitrain.core.config import load_preset
-from tuitrain.engine.data import FASHION_MEAN, FASHION_STD, build_data
-from tuitrain.engine.models import FashionCNN
+from tuitrain.engine.data.build import build_data
+from tuitrain.engine.data.fashion import FASHION_MEAN, FASHION_STD
+from tuitrain.engine.models.vision import FashionCNN
 
 
 def hog() -> None:  # runs in a child process until terminated

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tuitrain.engine.idx import locate_fashion_mnist, read_split
-from tuitrain.engine.models import FashionCNN
+from tuitrain.engine.data.idx import locate_fashion_mnist, read_split
+from tuitrain.engine.models.vision import FashionCNN
 
 p = argparse.ArgumentParser()
 p.add_argument("--lr", type=float, default=3e-3)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tuitrain.engine.models import FashionCNN
+from tuitrain.engine.models.vision import FashionCNN
 
 DROPOUT = 0.25  # the fashion presets' model.dropout (a factory gets num_classes only)
 

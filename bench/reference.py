@@ -69,7 +69,7 @@ def baseline(root: str, workers: int, warmup: int, steps: int, seed: int) -> dic
     from torch.utils.data import DataLoader
     from torchvision import datasets, transforms
 
-    from tuitrain.engine.models import FashionCNN
+    from tuitrain.engine.models.vision import FashionCNN
 
     torch.manual_seed(seed)
     device = torch.device("cpu")

@@ -20,7 +20,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing the package
 
-from tuitrain.engine.idx import FILE_NAMES, SYSTEM_DIR, read_split, write_idx  # noqa: E402
+from tuitrain.engine.data.idx import FILE_NAMES, SYSTEM_DIR, read_split, write_idx  # noqa: E402
 
 PER_CLASS = {"train": 600, "val": 100}
 SEED = 20170825  # Fashion-MNIST's release date; any fixed value keeps the output reproducible

@@ -96,7 +96,7 @@ def test_watch_and_tuitrain_data_with_a_path_the_system_refuses(
 ) -> None:
     from tuitrain.commands.watch import main as watch_main
     from tuitrain.core.errors import UserError
-    from tuitrain.engine.idx import locate_fashion_mnist
+    from tuitrain.engine.data.idx import locate_fashion_mnist
 
     assert watch_main([LONG]) == 2
     assert "watch target /tmp/aaa" in capsys.readouterr().err
@@ -119,7 +119,7 @@ def test_idx_dimensions_whose_product_wraps(tmp_path: Path) -> None:
     import struct
 
     from tuitrain.core.errors import UserError
-    from tuitrain.engine.idx import read_idx
+    from tuitrain.engine.data.idx import read_idx
 
     path = tmp_path / "train-images-idx3-ubyte"
     path.write_bytes(bytes([0, 0, 8, 3]) + struct.pack(">III", 2**22, 2**21, 2**21))

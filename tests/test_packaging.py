@@ -68,7 +68,7 @@ def test_wheel_install_lists_presets_from_another_directory(tmp_path: Path) -> N
         [
             str(venv / "bin" / "python"),
             "-c",
-            "import tuitrain.core.config as c, tuitrain.engine.data as d;"
+            "import tuitrain.core.config as c, tuitrain.engine.data.fashion as d;"
             "print(c.shipped_presets_dir()); print(d.MINI_DIR)",
         ],
         cwd=elsewhere,

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from tuitrain.core.config import INT_MAX, SECTIONS, ConfigError, config_from_dict, load_preset
 from tuitrain.core.errors import UserError
 from tuitrain.engine.checkpoint import CheckpointError, find_latest, load_checkpoint
-from tuitrain.engine.idx import read_idx, read_split
+from tuitrain.engine.data.idx import read_idx, read_split
 from tuitrain.engine.state import SOURCE_KEY, check_resumable
 from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.store import MetricStore

@@ -7,8 +7,8 @@ import torch
 from torch.nn import functional
 
 from tuitrain.core.config import DataConfig
-from tuitrain.engine.augment import Augment
-from tuitrain.engine.data import build_data
+from tuitrain.engine.data.augment import Augment
+from tuitrain.engine.data.build import build_data
 
 CPU = torch.device("cpu")
 

@@ -11,10 +11,10 @@ import torch
 
 from tuitrain.core.config import Config, DataConfig, load_preset
 from tuitrain.core.errors import UserError
-from tuitrain.engine import loader as loader_mod
 from tuitrain.engine import setup as setup_mod
-from tuitrain.engine.data import build_data
-from tuitrain.engine.idx import FILE_NAMES, write_idx
+from tuitrain.engine.data import loader as loader_mod
+from tuitrain.engine.data.build import build_data
+from tuitrain.engine.data.idx import FILE_NAMES, write_idx
 from tuitrain.engine.runner import RunResult, describe_failure, run
 from tuitrain.engine.setup import DistInfo, build_parts
 from tuitrain.metrics.sinks import NullSink

@@ -12,10 +12,17 @@ from torch.utils.data import Dataset
 
 from tuitrain.core.config import DataConfig
 from tuitrain.core.errors import UserError
-from tuitrain.engine import data as data_mod
-from tuitrain.engine import idx as idx_mod
-from tuitrain.engine.data import FASHION_MEAN, FASHION_STD, MINI_DIR, build_data
-from tuitrain.engine.idx import FILE_NAMES, locate_fashion_mnist, read_idx, read_split, write_idx
+from tuitrain.engine.data import idx as idx_mod
+from tuitrain.engine.data import sources as data_mod
+from tuitrain.engine.data.build import build_data
+from tuitrain.engine.data.fashion import FASHION_MEAN, FASHION_STD, MINI_DIR
+from tuitrain.engine.data.idx import (
+    FILE_NAMES,
+    locate_fashion_mnist,
+    read_idx,
+    read_split,
+    write_idx,
+)
 
 CPU = torch.device("cpu")
 FULL_DIR = Path("/usr/share/datasets/fashion-mnist")

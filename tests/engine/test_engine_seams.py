@@ -18,10 +18,11 @@ from tests.engine.test_trainer import ListSink
 from tuitrain.core.config import Config
 from tuitrain.core.errors import UserError
 from tuitrain.engine import Control
-from tuitrain.engine.charlm import CharLMTask
 from tuitrain.engine.setup import DistInfo, build_parts
 from tuitrain.engine.strategy import DDPStrategy, Single, make_strategy
-from tuitrain.engine.task import ClassifyTask, Task, TaskAdapter, as_task, batch_size_of
+from tuitrain.engine.tasks.base import Task, TaskAdapter, as_task, batch_size_of
+from tuitrain.engine.tasks.charlm import CharLMTask
+from tuitrain.engine.tasks.classify import ClassifyTask
 from tuitrain.engine.trainer import Trainer
 
 ENGINE = Path(__file__).resolve().parents[2] / "tuitrain" / "engine"

@@ -11,8 +11,8 @@ from torch import nn
 from tests.engine.test_trainer import ListSink
 from tuitrain.engine import run
 from tuitrain.engine.flops import count_flops_per_sample, measure_peak, peak_dtype, table_peak
-from tuitrain.engine.models import FashionCNN
-from tuitrain.engine.task import ClassifyTask
+from tuitrain.engine.models.vision import FashionCNN
+from tuitrain.engine.tasks.classify import ClassifyTask
 from tuitrain.metrics.format import format_train_line
 
 CPU = torch.device("cpu")

@@ -8,7 +8,7 @@ from torch import nn
 
 from tuitrain.core.config import load_preset
 from tuitrain.core.errors import UserError
-from tuitrain.engine.models import build_model
+from tuitrain.engine.models.build import build_model
 from tuitrain.engine.runner import run
 from tuitrain.metrics.sinks import NullSink
 

@@ -14,7 +14,8 @@ from tests.engine.test_trainer import ListSink  # records in order, and a store
 from tuitrain.core.config import load_preset
 from tuitrain.core.errors import EXIT_USAGE
 from tuitrain.engine import run
-from tuitrain.engine.charlm import CharLMTask, Vocabulary, load_text
+from tuitrain.engine.data.text import Vocabulary, load_text
+from tuitrain.engine.tasks.charlm import CharLMTask
 
 HERE = Path(__file__).resolve().parent
 REGRESSION = str(HERE / "regression.toml")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Callable, Iterator
+import inspect
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -86,3 +87,19 @@ def load_factory(spec: str, key: str) -> Callable[..., Any]:
     if not callable(obj):
         raise UserError(f"{key} = {spec!r} is not callable.")
     return obj
+
+
+def accepted_kwargs(factory: Any, offered: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments among `offered` that `factory` accepts (all with **kwargs)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: call it bare
+        return {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return dict(offered)
+    names = {
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    return {k: v for k, v in offered.items() if k in names}

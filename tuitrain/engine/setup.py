@@ -14,7 +14,8 @@ from torch import nn
 
 from tuitrain.core.config import Config, OptimConfig
 from tuitrain.core.errors import UserError
-from tuitrain.engine.data import DataBundle, build_data
+from tuitrain.engine.data.build import build_data
+from tuitrain.engine.data.sources import DataBundle, first_items
 from tuitrain.engine.device import device_name, resolve_device, tf32_active
 from tuitrain.engine.factory import blame_user
 from tuitrain.engine.flops import (
@@ -26,19 +27,17 @@ from tuitrain.engine.flops import (
     per_sample,
     table_peak,
 )
-from tuitrain.engine.models import build_model
+from tuitrain.engine.models.build import build_model
 from tuitrain.engine.precision import Precision, make_precision
 from tuitrain.engine.strategy import DistInfo, Strategy, make_strategy
-from tuitrain.engine.task import (
+from tuitrain.engine.tasks.base import (
     Task,
     batch_size_of,
-    build_task,
     declarations,
-    first_items,
     split_training_output,
-    task_label,
     validation_values,
 )
+from tuitrain.engine.tasks.build import build_task, task_label
 
 
 @dataclass(slots=True)
@@ -56,7 +55,7 @@ class RunParts:
     compiled: bool
     steps_per_epoch: int
     total_steps: int
-    task: Task  # what is trained: the loss and the metrics (engine/task.py)
+    task: Task  # what is trained: the loss and the metrics (engine/tasks/base.py)
     strategy: Strategy  # how the model is spread over the ranks (engine/strategy.py)
     # the header's task declaration: primary metric, mode, every metric's goal and format
     task_info: dict[str, Any] = field(default_factory=dict)

@@ -115,8 +115,8 @@ def check_resumable(cfg: Config, state: dict[str, Any]) -> None:
 
 
 def _try_restore(cfg: Config, state: dict[str, Any], where: str) -> None:
-    from tuitrain.engine.data import build_data
-    from tuitrain.engine.models import build_model
+    from tuitrain.engine.data.build import build_data
+    from tuitrain.engine.models.build import build_model
     from tuitrain.engine.setup import make_optimizer, make_schedule
 
     data = build_data(

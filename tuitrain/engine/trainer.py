@@ -33,13 +33,13 @@ from tuitrain.engine.profiling import StepProfiler
 from tuitrain.engine.ranktime import ForwardClock
 from tuitrain.engine.setup import DistInfo, RunParts
 from tuitrain.engine.state import FORMAT_VERSION, is_number
-from tuitrain.engine.task import (
+from tuitrain.engine.tasks.base import (
     batch_size_of,
     eval_key,
     split_training_output,
-    task_label,
     validation_values,
 )
+from tuitrain.engine.tasks.build import task_label
 from tuitrain.metrics.records import eval_record, event_record
 from tuitrain.metrics.sinks import Sink
 

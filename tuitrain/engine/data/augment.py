@@ -21,6 +21,7 @@ import torch
 from torch.nn import functional
 
 from tuitrain.core.config import DataConfig
+from tuitrain.engine.data.sources import mix_seed
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,6 @@ class Augment:
 
     def draws(self, epoch: int, n: int, device: torch.device) -> Draws:
         """The draws of `epoch` for this rank's `n` samples (CPU generator, one copy)."""
-        from tuitrain.engine.data import mix_seed  # data imports this module
-
         generator = torch.Generator().manual_seed(mix_seed(self._seed, epoch, self._rank, "aug"))
         span = 2 * self.padding + 1
         packed = torch.stack(

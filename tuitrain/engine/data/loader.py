@@ -19,8 +19,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, S
 
 from tuitrain.core.config import DataConfig
 from tuitrain.core.errors import UserError
-from tuitrain.engine.augment import Augment
-from tuitrain.engine.data import (
+from tuitrain.engine.data.augment import Augment
+from tuitrain.engine.data.sources import (
     SPLITS,
     DataBundle,
     SourceContext,
@@ -31,10 +31,10 @@ from tuitrain.engine.data import (
     limit_samples,
     mix_seed,
     normalise,
+    to_device,
     train_batch_count,
 )
 from tuitrain.engine.factory import blame_user, error_line, is_memory_error, load_factory
-from tuitrain.engine.task import to_device
 
 
 class _EpochSampler(Sampler[int]):

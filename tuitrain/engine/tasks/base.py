@@ -22,15 +22,14 @@ the task is built (`as_task`), to a `Task` that forwards to what it has; the eng
 calls a Task's methods and never probes for them.
 
 The engine keeps everything around the step: autocast, the GradScaler, accumulation,
-clipping, DDP, the FLOP count, exact resume. Tasks here: `classify` (today's image
-classification, unchanged) and `charlm` (engine/charlm.py); a user's own is a factory
-`package.module:function` called with the keyword arguments it accepts among those offered
-(`num_classes`, `label_smoothing`, `seed`, `vocabulary`).
+clipping, DDP, the FLOP count, exact resume. Tasks here: `classify` (image
+classification, tasks/classify.py) and `charlm` (tasks/charlm.py); a user's own is a
+factory `package.module:function` called with the keyword arguments it accepts among those
+offered (`num_classes`, `label_smoothing`, `seed`, `vocabulary`): tasks/build.py.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 import re
 from collections.abc import Mapping
@@ -38,11 +37,8 @@ from typing import Any, cast
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
-from tuitrain.core.config import Config
 from tuitrain.core.errors import UserError
-from tuitrain.engine.factory import blame_user, load_factory
 from tuitrain.metrics.records import CONTRACT_FIELDS, USER_PREFIX, user_field
 
 METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]{0,63}")
@@ -168,89 +164,12 @@ def as_task(obj: Any, spec: str) -> Task:
     return task
 
 
-class ClassifyTask(Task):
-    """Image classification: cross-entropy over class indices (with the configured label
-    smoothing for training; the val loss is plain cross-entropy), accuracy per image."""
-
-    name = "classify"
-    primary = "acc"
-    mode = "max"
-    tolerance = 0.005  # half a point of accuracy (parity's McNemar rule keeps its own test)
-    logits = True
-    metrics = {
-        "loss": {"goal": "min", "format": "float", "unit": "nats"},
-        "acc": {"goal": "max", "format": "pct", "unit": ""},
-    }
-
-    def __init__(self, label_smoothing: float = 0.0, num_classes: int | None = None) -> None:
-        self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
-        # what a model that guesses uniformly scores: the divergence alert's reference
-        self.chance = (
-            {"loss": math.log(num_classes), "acc": 1.0 / num_classes} if num_classes else {}
-        )
-
-    def training_step(self, model: nn.Module, batch: Any) -> torch.Tensor:
-        x, y = batch
-        return self.criterion(model(x), y)
-
-    def validation_step(self, model: nn.Module, batch: Any) -> dict[str, torch.Tensor]:
-        x, y = batch
-        logits = model(x).float()
-        return {
-            "loss": F.cross_entropy(logits, y, reduction="none"),
-            "acc": (logits.argmax(dim=1) == y).float(),
-        }
-
-
 def eval_key(name: str) -> str:
     """The eval record's field for a validation metric: loss -> val_loss, acc -> val_acc."""
     return f"val_{name}"
 
 
-def build_task(cfg: Config, offered: Mapping[str, Any]) -> Task:
-    """The task named by `task.name`: classify, charlm, or a user factory."""
-    name = cfg.task.name
-    if name == "classify":
-        return ClassifyTask(cfg.train.label_smoothing, offered.get("num_classes"))
-    if name == "charlm":
-        from tuitrain.engine.charlm import CharLMTask
-
-        return CharLMTask(offered.get("vocabulary"), cfg.train.seed)
-    if ":" not in name:
-        raise UserError(
-            f"task.name = {name!r} is unknown; use classify, charlm or a factory "
-            "'package.module:function'."
-        )
-    factory = load_factory(name, "task.name")
-    kwargs = accepted_kwargs(factory, offered)
-    with blame_user(
-        lambda error: f"task.name = {name!r}: {name}(...) raised {error}; fix the factory."
-    ):
-        task = factory(**kwargs)
-    return as_task(task, name)
-
-
-def accepted_kwargs(factory: Any, offered: Mapping[str, Any]) -> dict[str, Any]:
-    """The keyword arguments among `offered` that `factory` accepts (all with **kwargs)."""
-    try:
-        params = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):  # a builtin without a signature: call it bare
-        return {}
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return dict(offered)
-    names = {
-        p.name
-        for p in params
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    }
-    return {k: v for k, v in offered.items() if k in names}
-
-
 # --------------------------------------------------------------------------- the task's answers
-
-
-def task_label(cfg: Config) -> str:
-    return f"task.name = {cfg.task.name!r}"
 
 
 def split_training_output(out: Any, label: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -353,37 +272,6 @@ def batch_size_of(task: Task, batch: Any, label: str) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise UserError(f"{label}: batch_size(batch) gave {n!r:.40}; it must be an int >= 1.")
     return n
-
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    """Every tensor in a batch (tuples, lists, dicts, nested) moved to `device`."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, Mapping):
-        return type(batch)({k: to_device(v, device) for k, v in batch.items()})  # type: ignore[call-arg]
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
-        return type(batch)(*(to_device(v, device) for v in batch))
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device) for v in batch)
-    return batch
-
-
-def first_items(batch: Any, n: int, k: int) -> Any:
-    """The batch cut to its first `k` items: every tensor (and list) whose first dimension is
-    the batch's `n` is sliced; anything else is kept as it is (nested the same way)."""
-    if isinstance(batch, torch.Tensor):
-        return batch[:k] if batch.dim() > 0 and batch.shape[0] == n else batch
-    if isinstance(batch, Mapping):
-        return type(batch)({key: first_items(v, n, k) for key, v in batch.items()})  # type: ignore[call-arg]
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
-        return type(batch)(*(first_items(v, n, k) for v in batch))
-    if isinstance(batch, tuple):
-        return tuple(first_items(v, n, k) for v in batch)
-    if isinstance(batch, list):
-        if len(batch) == n and not any(isinstance(v, torch.Tensor) for v in batch):
-            return batch[:k]  # one entry per item (texts, ids)
-        return [first_items(v, n, k) for v in batch]
-    return batch
 
 
 # --------------------------------------------------------------------------- declarations
