@@ -4,7 +4,7 @@
 
 Baseline (article 003's loop): torchvision FashionMNIST with ToTensor + Normalize through a
 DataLoader (batch 256, shuffle, num_workers=4, pin_memory=True as in the article; also
-num_workers=2, the core count here), the article's CNN (tuitrain.engine.models.FashionCNN),
+num_workers=2, the core count here), the article's CNN (tuitrain.engine.models.vision.FashionCNN),
 Adam lr 1e-3, fp32, `loss.item()` and the accuracy count every step as the article does.
 Engine: `tuitrain --no-ui --preset fashion-fp32` with Adam-equivalent settings (AdamW with
 weight_decay=0, lr 1e-3, constant schedule, no warm-up), read from its metrics.jsonl.

@@ -58,7 +58,7 @@ shipped with tuitrain so that `--preset fashion-mini` trains on real images with
 - `train-*`: 6,000 images from Fashion-MNIST's training set, 600 per class;
 - `t10k-*`: 1,000 images from its test set, 100 per class;
 - 28×28 grayscale, gzipped IDX files under the original names, read by
-  `tuitrain/engine/idx.py`.
+  `tuitrain/engine/data/idx.py`.
 
 Made by `scripts/make_fashion_mini.py`: a stratified sample drawn with a fixed seed
 ({seed}) from the full set, each class's picks kept in the original file order.

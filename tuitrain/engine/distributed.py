@@ -8,6 +8,7 @@ a gradient all-reduce that the others have left. Metrics are gathered with one c
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -15,8 +16,19 @@ import torch
 import torch.distributed as dist
 
 from tuitrain.core.control import Control
-from tuitrain.engine.strategy import DistInfo
 from tuitrain.metrics.records import merge_ranks, rank_merge_fields
+
+
+@dataclass(slots=True)
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
 
 # command vector slots, reduced with MAX across ranks
 _STOP, _PAUSE, _CHECKPOINT, _PROFILE = range(4)

@@ -17,6 +17,7 @@ from tuitrain.core.errors import UserError
 from tuitrain.engine.data.build import build_data
 from tuitrain.engine.data.sources import DataBundle, first_items
 from tuitrain.engine.device import device_name, resolve_device, tf32_active
+from tuitrain.engine.distributed import DistInfo
 from tuitrain.engine.factory import blame_user
 from tuitrain.engine.flops import (
     Peak,
@@ -29,7 +30,7 @@ from tuitrain.engine.flops import (
 )
 from tuitrain.engine.models.build import build_model
 from tuitrain.engine.precision import Precision, make_precision
-from tuitrain.engine.strategy import DistInfo, Strategy, make_strategy
+from tuitrain.engine.strategy import Strategy, make_strategy
 from tuitrain.engine.tasks.base import (
     Task,
     batch_size_of,

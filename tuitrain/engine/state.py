@@ -28,7 +28,7 @@ from tuitrain.engine.checkpoint import (
     rng_state,
     set_rng_state,
 )
-from tuitrain.engine.strategy import DistInfo
+from tuitrain.engine.distributed import DistInfo
 
 if TYPE_CHECKING:  # annotations only (setup does not import this module: no circle)
     from tuitrain.core.config import Config

@@ -12,22 +12,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-
-@dataclass(slots=True)
-class DistInfo:
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
+from tuitrain.engine.distributed import DistInfo, gather_metrics
 
 
 class Strategy:
@@ -94,8 +84,6 @@ class DDPStrategy(Strategy):
         return contextlib.nullcontext()
 
     def gather_metrics(self, record: dict[str, Any], metric_names: tuple[str, ...]) -> bool:
-        from tuitrain.engine.distributed import gather_metrics
-
         gather_metrics(record, self.dist, self.device, metric_names)
         return True  # the all-gather's result read on the host
 
