@@ -1,207 +1,19 @@
-"""Command line: parse arguments, pick the UI or headless mode, map outcomes to exit codes.
-
-Imports torch and Textual lazily so `tuitrain --help` and `--list-presets` stay instant.
-"""
+"""The command line's entry point: the standard streams guarded, the verb dispatched to its
+command module (`tuitrain.commands`; no verb: training, `commands/train.py`), Ctrl-C before a
+command's own handler, and the exit code (a torchrun rank leaves without finalization)."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
 
-from tuitrain import __version__
-from tuitrain.core.config import (
-    DEFAULT_PRESET,
-    Config,
-    describe_presets,
-    load_preset,
-    overrides_from,
-)
-from tuitrain.core.errors import EXIT_SIGINT, OneLineParser, UserError, usable_path
-from tuitrain.core.rundir import refuse_if_held, resumed_run_dir
-from tuitrain.core.text import strip_controls
-from tuitrain.host.launch import resume_config, run_headless
-from tuitrain.host.signals import defer_signals
-from tuitrain.host.stdio import guard_std_streams, print_out, say, stdout_gone
-
-ENVIRONMENT_HELP = """environment:
-  TUITRAIN_DATA        folder with Fashion-MNIST's IDX files (after --data-dir)
-  TUITRAIN_NO_DOWNLOAD 1: never download Fashion-MNIST (offline machines, CI)
-  XDG_CONFIG_HOME      user presets in $XDG_CONFIG_HOME/tuitrain/presets (~/.config)
-  XDG_CACHE_HOME       downloaded data in $XDG_CACHE_HOME/tuitrain (~/.cache)
-  TERM                 dumb (or a terminal the UI cannot drive): line logs, as --no-ui
-  CUDA_VISIBLE_DEVICES the GPUs torch sees; --nproc needs one per rank
-  WORLD_SIZE, RANK, LOCAL_RANK  set by torchrun: this process is one rank of a DDP job
-
-"""
-
-EXIT_CODES_HELP = (
-    ENVIRONMENT_HELP
-    + """exit codes:
-  0    completed            1    training failed (NaN loss, out of memory, a bug)
-  2    usage, preset, data or checkpoint error
-  3    tuitrain parity: FAIL (mixed precision lost more than 0.5 point)
-  129  stopped by SIGHUP (the terminal went away)
-  130  stopped by SIGINT (Ctrl-C)    143  stopped by SIGTERM
-"""
-)
-
-
-# The commands besides training: verb -> (the module whose main(argv) runs it, one line for
-# --help). A new command is one module and one line here.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "watch": ("tuitrain.commands.watch", "attach to a run dir, or compare 2 to 8 runs"),
-    "run": ("tuitrain.commands.run", "run your script (after --) and watch what it logs"),
-    "runs": ("tuitrain.commands.runs", "the runs under a folder: a table, watch, compare"),
-    "parity": ("tuitrain.commands.parity", "fp32-vs-mixed-precision check"),
-    "export": ("tuitrain.commands.export", "a run's records as CSV or TensorBoard"),
-    "gate": ("tuitrain.commands.gate", "CI gate: a candidate run against a baseline"),
-}
-
-
-def build_parser() -> argparse.ArgumentParser:
-    width = max(map(len, COMMANDS))
-    listed = "\n".join(
-        f"  tuitrain {verb:<{width}}  {line} (tuitrain {verb} --help)"
-        for verb, (_, line) in COMMANDS.items()
-    )
-    p = OneLineParser(
-        prog="tuitrain",
-        description="A terminal training monitor that hosts a real PyTorch run.\n"
-        f"Other commands:\n{listed}",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--version", action="version", version=f"tuitrain {__version__}")
-    p.add_argument(
-        "--preset", help=f"preset name or path to a .toml file (default {DEFAULT_PRESET})"
-    )
-    p.add_argument(
-        "--resume",
-        metavar="PATH|auto",
-        help="continue a run from a checkpoint; auto = newest complete one of --run-dir",
-    )
-    p.add_argument("--list-presets", action="store_true", help="list presets and exit")
-    p.add_argument("--no-ui", action="store_true", help="headless: line logs on stdout")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override any preset field (repeatable)",
-    )
-    p.add_argument("--max-steps", type=int, help="stop after N optimizer steps in total")
-    p.add_argument("--epochs", type=int, help="epochs to train")
-    p.add_argument("--run-dir", help="run directory (default runs/<preset>-<timestamp>)")
-    p.add_argument("--data-dir", help="folder with Fashion-MNIST's IDX files")
-    p.add_argument(
-        "--device",
-        choices=["auto", "cpu", "cuda", "mps"],
-        help="where to train (default auto: cuda, then mps, then cpu)",
-    )
-    p.add_argument(
-        "--precision",
-        choices=["auto", "fp32", "fp16", "bf16"],
-        help="auto = bf16 where native (Ampere+ GPUs, CPUs with AVX512-BF16/AMX), else fp16 "
-        "with a GradScaler on CUDA, else fp32",
-    )
-    p.add_argument(
-        "--compile",
-        dest="compile",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="torch.compile the model (default: on for CUDA)",
-    )
-    p.add_argument(
-        "--measure-peak",
-        action="store_true",
-        default=None,
-        help="measure the peak TFLOP/s for MFU with a 0.5 s matmul probe on the run's device "
-        "and dtype (default: NVIDIA's datasheet figure; none on CPU)",
-    )
-    p.add_argument("--log-every", type=int, help="optimizer steps between log points")
-    p.add_argument("--seed", type=int, help="seed for weights, batch order and dropout")
-    p.add_argument("--profile-steps", type=int, help="profile N steps with torch.profiler")
-    p.add_argument(
-        "--memory-snapshot-steps",
-        type=int,
-        metavar="N",
-        help="record the CUDA allocator for N steps: memory-snapshot-stepS.pickle in the run dir, "
-        "for https://pytorch.org/memory_viz (CUDA only)",
-    )
-    p.add_argument(
-        "--on-alert",
-        metavar="CMD",
-        help="shell command run once per alert, the alert as one JSON object on its stdin "
-        "(alerts.on_alert; rules and actions: the [alerts] table)",
-    )
-    p.add_argument(
-        "--nproc",
-        type=int,
-        metavar="N",
-        help="run N processes with DDP through torchrun (torch.distributed.run)",
-    )
-    return p
-
-
-def flag_overrides(args: argparse.Namespace) -> list[str]:
-    """Translate the dedicated flags into `section.key=value` overrides (after --set)."""
-    pairs: list[tuple[str, Any]] = [
-        ("train.max_steps", args.max_steps),
-        ("train.epochs", args.epochs),
-        ("train.device", args.device),
-        ("train.precision", args.precision),
-        ("train.log_every", args.log_every),
-        ("train.seed", args.seed),
-        ("train.profile_steps", args.profile_steps),
-        ("train.memory_snapshot_steps", args.memory_snapshot_steps),
-        ("run.run_dir", args.run_dir),
-        ("data.data_dir", args.data_dir),
-        ("train.compile", None if args.compile is None else ("on" if args.compile else "off")),
-        ("alerts.on_alert", args.on_alert),
-    ]
-    return overrides_from(pairs) + (["train.measure_peak=true"] if args.measure_peak else [])
-
-
-def without_nproc(argv: list[str]) -> list[str]:
-    """The command line for each rank: the same, minus --nproc (rank 0 may draw the UI)."""
-    out: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--nproc":
-            skip = True
-        elif not arg.startswith("--nproc="):
-            out.append(arg)
-    return out
-
-
-def list_presets() -> int:
-    rows = describe_presets()
-    width = max((len(name) for name, _ in rows), default=0)
-    for name, desc in rows:  # a user preset's text is shown, never obeyed by the terminal
-        default = " (default)" if name == DEFAULT_PRESET else ""
-        shown = strip_controls(f"{name:<{width}}  {desc}{default}", one_line=True)
-        print_out(shown)
-    return 0
-
-
-def run_ui(cfg: Config, overrides: list[str]) -> int:
-    try:
-        from tuitrain.ui.app import run_app
-    except ImportError as exc:  # the UI is optional at import time; headless always works
-        print(f"tuitrain: the UI cannot start ({exc}); running headless.", file=sys.stderr)
-        return run_headless(cfg)
-    if world_size() > 1:  # rank 0 of a torchrun job: the UI, and the job's process group
-        from tuitrain.host.launch import run_ui_rank0
-
-        return run_ui_rank0(cfg, overrides)
-    return run_app(cfg, overrides)
+from tuitrain.commands import COMMANDS
+from tuitrain.core.errors import EXIT_SIGINT
+from tuitrain.host.stdio import guard_std_streams, say, stdout_gone
 
 
 def world_size() -> int:
@@ -211,7 +23,7 @@ def world_size() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     guard_std_streams()  # `tuitrain >&-`: no None streams, no file on fd 1
     try:
-        code = _main(argv)
+        code = dispatch(argv)
     except KeyboardInterrupt:  # Ctrl-C before the run's own handler is installed (imports)
         args = list(sys.argv[1:] if argv is None else argv)
         if args[:1] and args[0] in COMMANDS:
@@ -228,15 +40,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def nproc_device(args: argparse.Namespace, overrides: list[str]) -> str:
-    """The device the ranks will ask for (`train.device`), so that `--nproc` can be checked
-    against the visible GPUs before any rank starts. A resumed run keeps its checkpoint's
-    config, which each rank reads: only an explicit --device counts there."""
-    if args.resume:
-        return args.device or "auto"
-    return load_preset(args.preset or DEFAULT_PRESET, overrides).train.device
-
-
 def exit_rank(code: int) -> NoReturn:
     """A torchrun rank leaves without interpreter finalization, once its process group is
     destroyed and every file is closed: gloo's C++ threads torn down during finalization
@@ -251,53 +54,12 @@ def exit_rank(code: int) -> NoReturn:
     os._exit(code)
 
 
-def _main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] and argv[0] in COMMANDS:
-        import importlib
+def dispatch(argv: Sequence[str] | None = None) -> int:
+    """The verb's command module runs the rest of the line; no verb: training."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] and args[0] in COMMANDS:
+        command = importlib.import_module(COMMANDS[args[0]][0])
+        return int(command.main(args[1:]))
+    from tuitrain.commands.train import main as train_main
 
-        command = importlib.import_module(COMMANDS[argv[0]][0])
-        return int(command.main(argv[1:]))
-    args = build_parser().parse_args(argv)
-    if args.list_presets:
-        return list_presets()
-    try:
-        if args.preset is not None and not args.preset.strip():
-            raise UserError("--preset is empty; name one from tuitrain --list-presets or a file.")
-        if args.resume is not None and not args.resume.strip():
-            raise UserError("--resume is empty; pass a checkpoint file, or auto with --run-dir.")
-        for flag, value in (("--resume", args.resume), ("--run-dir", args.run_dir),
-                            ("--data-dir", args.data_dir), ("--preset", args.preset)):  # fmt: skip
-            if value and value != "auto":
-                usable_path(value, flag)
-        overrides = args.overrides + flag_overrides(args)
-        if args.nproc is not None and "WORLD_SIZE" not in os.environ:
-            from tuitrain.host.launch import launch_nproc
-
-            return launch_nproc(args.nproc, without_nproc(argv), nproc_device(args, overrides))
-        main_rank = int(os.environ.get("RANK", "0")) == 0
-        if args.resume:
-            if main_rank:  # said now, not after torch's import
-                refuse_if_held(args.run_dir or resumed_run_dir(args.resume))
-            defer_signals()  # resume_config imports torch to read the checkpoint
-            cfg, state = resume_config(args, overrides)
-            return run_headless(cfg, resume=state)
-        cfg = load_preset(args.preset or DEFAULT_PRESET, overrides)
-        if cfg.run.run_dir and main_rank:
-            refuse_if_held(cfg.run.run_dir)
-        if args.no_ui or not main_rank:  # other ranks never draw
-            return run_headless(cfg)
-        from tuitrain.host.stdio import can_draw_ui
-
-        if why := can_draw_ui():  # the check every command makes before its UI
-            print(
-                f"tuitrain: {why}: running headless (line logs); pass --no-ui to silence this "
-                "line, or run in a terminal with TERM set (e.g. xterm-256color) for the "
-                "dashboard.",
-                file=sys.stderr,
-            )
-            return run_headless(cfg)
-        return run_ui(cfg, overrides)
-    except UserError as exc:
-        print(f"tuitrain: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    return train_main(args)

@@ -6,7 +6,9 @@ import importlib
 
 import pytest
 
-from tuitrain.cli import COMMANDS, build_parser, main
+from tuitrain.cli import main
+from tuitrain.commands import COMMANDS
+from tuitrain.commands.train import build_parser
 
 
 def test_help_lists_every_command() -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tuitrain.cli import build_parser, main
+from tuitrain.cli import main
+from tuitrain.commands.train import build_parser
 
 
 def test_help_has_a_line_for_every_option_and_lists_the_environment(capsys) -> None:

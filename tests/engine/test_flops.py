@@ -187,7 +187,7 @@ def test_ddp_sums_the_ranks_flop_rates(tmp_path) -> None:  # noqa: ANN001
 
 
 def test_the_measure_peak_flag_sets_the_config() -> None:
-    from tuitrain.cli import build_parser, flag_overrides
+    from tuitrain.commands.train import build_parser, flag_overrides
     from tuitrain.core.config import load_preset
 
     overrides = flag_overrides(build_parser().parse_args(["--measure-peak"]))
