@@ -4,6 +4,7 @@ the Loss panel's validation line read from the header's task declaration."""
 from __future__ import annotations
 
 from tests.ui.pilot_tools import text_of, wait_for
+from tuitrain.metrics.records import header_record
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.screens.metrics import MetricsScreen, matching, metric_specs
@@ -25,10 +26,10 @@ TASK = {
 
 def regression_store(task: dict | None = TASK) -> MetricStore:
     store = MetricStore()
-    header = {"type": "header", "preset": "regression", "total_steps": 40, "config": {}}
+    fields: dict = {"preset": "regression", "config": {}, "total_steps": 40}
     if task is not None:
-        header["task"] = task
-    store.push(header)
+        fields["task"] = task
+    store.push(header_record(**fields))  # the contract's builder, as the engine writes it
     for step in range(2, 42, 2):
         store.push({"type": "train", "step": step, "loss": 1.0 / step, "mae": 2.0 / step})
         if step % 10 == 0:

@@ -8,7 +8,7 @@ import pytest
 
 from tests.ui.fake_records import filled_store
 from tuitrain.metrics.format import format_duration
-from tuitrain.metrics.records import data_wait_verdict
+from tuitrain.metrics.records import data_wait_verdict, end_record, header_record
 from tuitrain.metrics.store import MetricStore, Series
 from tuitrain.ui.view import (
     display_state,
@@ -53,11 +53,11 @@ def test_progress_bar_width() -> None:
 def test_state_falls_back_to_records() -> None:
     store = MetricStore()
     assert display_state(store.snapshot(), None) == "starting"
-    store.push({"type": "header", "preset": "x"})
+    store.push(header_record(preset="x"))
     assert display_state(store.snapshot(), None) == "running"
     assert display_state(store.snapshot(), "running", pausing=True) == "pausing"
     assert display_state(store.snapshot(), "evaluating") == "evaluating"
-    store.push({"type": "end", "status": "failed"})
+    store.push(end_record("failed", "", 0))
     assert display_state(store.snapshot(), None) == "failed"
 
 

@@ -32,7 +32,6 @@ HISTORY_CAPACITY = 2048
 MAX_EVALS = 1000
 MAX_EVENTS = 500
 MAX_SERIES = 256
-EVAL_SERIES = ("val_loss", "val_acc")
 
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
