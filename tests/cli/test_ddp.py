@@ -284,6 +284,9 @@ def test_ranks_of_a_killed_launcher_stop_instead_of_training_on(tmp_path: Path) 
     while any(alive(pid) for pid in ranks) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not any(alive(pid) for pid in ranks), "ranks trained on as orphans"
-    for log in ("train.log", "rank-1.log"):
-        line = end_line(tmp_path / log)
-        assert "stopped" in line and "launcher" in line, (log, line)
+    lines = [end_line(tmp_path / log) for log in ("train.log", "rank-1.log")]
+    assert all("stopped" in line for line in lines), lines
+    # the rank whose watch sees the launcher gone first says so; the other may stop on its
+    # request at the next log point before its own watch looks (which first: the machine's load)
+    assert any("launcher" in line for line in lines), lines
+    assert all("launcher" in line or "another rank's request" in line for line in lines), lines

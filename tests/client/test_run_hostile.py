@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tuitrain.client import parent
 from tuitrain.client.parent import (
     LINE_CAP,
     AlertActions,
@@ -333,7 +334,7 @@ class _Exited:
 def test_an_on_alert_hook_that_runs_too_long_is_killed_with_what_it_started(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(run_cmd, "HOOK_TIMEOUT_S", 5.0)
+    monkeypatch.setattr(parent, "HOOK_TIMEOUT_S", 5.0)
     pids = tmp_path / "pids"
     said: list[str] = []
     hook = f"sleep 300 & echo $! > {pids}; (trap '' TERM; exec sleep 301) & echo $! >> {pids}; wait"
