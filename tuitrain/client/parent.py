@@ -37,6 +37,13 @@ RUN_LOCK_NAME = ".tuitrain-run.lock"  # held by `tuitrain run` for its whole lif
 LOOK_EVERY_S = 1.0  # how often to look for a metrics.jsonl the script writes elsewhere
 SHOWN_LEFTOVERS = 5  # commands named in the leftover-processes event
 BACKLOG = 2000  # output lines kept for a listener that comes after the script started
+# a `tuitrain run` started in the background (`&`, nohup) inherits SIGINT/SIGQUIT (SIGHUP)
+# ignored: the script gets them back at their defaults, so Ctrl-C, `q` and a stop alert reach it
+DEFAULT_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGPIPE", "SIGXFSZ")
+    if hasattr(signal, name)
+)
 
 
 def script_name(command: Sequence[str]) -> str:
@@ -231,6 +238,13 @@ def end_group(pgid: int, grace_s: float) -> list[str]:
     return [command for _, command in left]
 
 
+def default_signals() -> None:
+    """In the child between fork and exec (async-signal-safe calls only): the default action
+    for the signals a background shell or nohup hands down ignored."""
+    for signum in DEFAULT_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+
+
 class Script:
     """The child process, its output pump and the run dir's end record. Creating it claims
     the run dir (RUN_LOCK_NAME, held until `finish`), refuses special files where output.log
@@ -270,6 +284,7 @@ class Script:
             self.proc = subprocess.Popen(
                 command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=default_signals,
             )  # fmt: skip
         except OSError as exc:
             self.output.close()
