@@ -6,8 +6,12 @@ logs as a tuitrain run.
 
 `on_train_begin` starts the run with the TrainingArguments (and the model's config) as its
 config; `on_log` writes `logs` at `state.global_step` (`loss`, `learning_rate`, `grad_norm`,
-`epoch`; `eval_*` keys become evaluation metrics `val_*`); `on_train_end` writes the end
-record. World process zero only, as the Trainer's own integrations do. Needs `transformers`.
+`epoch`; `eval_*` keys become evaluation metrics `val_*`). The end-of-training log (the mean
+`train_loss`, `train_runtime` ...) is a summary, not a step: it goes to the run's summary (in
+the end record), never over the last loss point. The run stays open after `train()`, so a
+later `trainer.evaluate()` (or a second `train()`) lands in it too; it ends at interpreter exit
+(the client's exit hook writes the end record), or when you call `callback.run.finish()`.
+World process zero only, as the Trainer's own integrations do. Needs `transformers`.
 """
 
 from __future__ import annotations
@@ -34,7 +38,11 @@ class TuitrainCallback(TrainerCallback):  # type: ignore[misc]
     def on_train_begin(
         self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any
     ) -> None:
-        if not state.is_world_process_zero or self.run is not None:
+        if state.is_world_process_zero:
+            self._start(args, model)
+
+    def _start(self, args: Any, model: Any) -> None:
+        if self.run is not None:  # one run per callback, open until the process ends
             return
         config: dict[str, Any] = {"args": args.to_dict() if hasattr(args, "to_dict") else {}}
         model_config = getattr(model, "config", None)
@@ -43,8 +51,16 @@ class TuitrainCallback(TrainerCallback):  # type: ignore[misc]
         self.run = client.init(self._run_dir, config, self._name or "hf", **self._options)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
-               **kw: Any) -> None:  # fmt: skip
-        if self.run is None or not state.is_world_process_zero or not logs:
+               model: Any = None, **kw: Any) -> None:  # fmt: skip
+        if not state.is_world_process_zero or not logs:
+            return
+        self._start(args, model)  # `trainer.evaluate()` alone starts the run too
+        if self.run is None or self.run.finished:
+            return
+        if "train_runtime" in logs:  # the end-of-training summary: the mean train_loss ...
+            for key, value in logs.items():
+                if key != "epoch":
+                    self.run.summary[key] = value
             return
         data = {
             k: v
@@ -57,5 +73,5 @@ class TuitrainCallback(TrainerCallback):  # type: ignore[misc]
             control.should_training_stop = True
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        if self.run is not None and state.is_world_process_zero:
-            self.run.finish()
+        if self.run is not None and not self.run.finished and state.is_world_process_zero:
+            self.run._flush_safely(final=True)  # on disk now; the exit hook ends the run

@@ -5,8 +5,14 @@
 
 `log_metrics` gets what `self.log(...)` logged, already host numbers: Lightning converts the
 tensors only every `log_every_n_steps`, so the logger adds no sync of its own. Keys follow the
-client's rule (`val_loss`, `val/acc` -> evaluation; `train_loss`, `loss` -> the loss); the
-hyperparameters are the run's config; `finalize(status)` writes the end record. Rank zero
+client's rule (`val_loss`, `val/acc` -> evaluation; `train_loss`, `loss` -> the loss), and
+Lightning's own names are mapped as well, each original kept beside its mapping:
+`train_loss_step` (`self.log(..., on_step=True, on_epoch=True)`) -> the loss,
+`val_loss_epoch` -> `val/loss`, `valid_*` -> `val/*`, LearningRateMonitor's `lr-Adam` -> lr.
+The hyperparameters are the run's config. The run stays open across `fit`, `validate` and
+`test` in one process (their metrics all arrive): `finalize("success")` only flushes; the run
+ends at interpreter exit (the client's exit hook writes the end record), on
+`finalize("failed")`, or when you call `logger.experiment.finish()`. Rank zero
 only (Lightning calls loggers on every rank; the other ranks write nothing). Needs the
 `lightning` package (`pip install lightning`).
 """
@@ -31,6 +37,39 @@ from tuitrain.client import core as client
 LIGHTNING_STATUS = {"success": ("completed", "Lightning finished"),
                     "failed": ("failed", "Lightning reported a failure"),
                     "finished": ("completed", "Lightning finished")}  # fmt: skip
+
+
+def lightning_names(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """Lightning's metric names as the client's, each original name kept too: `*loss_step`
+    -> `loss` (the step values), `val_*_epoch` and `valid_*` -> `val/*`, `lr-<Optimizer>` ->
+    `lr`. A name the script logged itself is never replaced by a mapped one."""
+    out: dict[str, Any] = {}
+    mapped: dict[str, Any] = {}
+    for key, value in metrics.items():
+        if key == "epoch":
+            continue
+        out[key] = value
+        base = key.removesuffix("_step")
+        if base != key and base in client.LOSS_KEYS:
+            mapped.setdefault("loss", value)
+        name = key.removesuffix("_epoch")
+        if name.startswith(("valid_", "valid/")) and len(name) > len("valid_"):
+            del out[key]
+            out["val/" + key] = value  # the original, in the eval record under its own name
+            mapped.setdefault("val/" + name[len("valid_") :], value)
+        elif name != key and client.eval_name(name) is not None:
+            mapped.setdefault(name, value)  # val_loss_epoch -> val_loss
+        if key.startswith("lr-") and len(key) > 3:
+            mapped.setdefault("lr", value)  # the first optimizer's (or param group's)
+    taken = {client.eval_name(k) or k for k in out} | {
+        "loss" for k in out if k in client.LOSS_KEYS
+    } | {"lr" for k in out if k in client.LR_KEYS}  # fmt: skip
+    for key, value in mapped.items():
+        if (client.eval_name(key) or key) not in taken:
+            out[key] = value
+    if "epoch" in metrics:
+        out["epoch"] = metrics["epoch"]
+    return out
 
 
 class TuitrainLogger(Logger):
@@ -70,14 +109,17 @@ class TuitrainLogger(Logger):
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        data = {k: v for k, v in metrics.items() if k != "epoch"}
-        if "epoch" in metrics:
-            data["epoch"] = metrics["epoch"]
-        self.experiment.log(data, step)
+        self.experiment.log(lightning_names(metrics), step)
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
+        """Lightning calls this at the end of every `fit`, `validate` and `test`: "success"
+        (and the SLURM requeue's "finished") only flush, so the next stage's metrics arrive
+        in the same run; "failed" ends the run."""
         if self._run is None or self._run.finished:
+            return
+        if status != "failed" and self._run._exc is None and self._run._signal is None:
+            self._run._flush_safely(final=True)  # on disk now; the exit hook ends the run
             return
         state, reason = LIGHTNING_STATUS.get(status, ("completed", f"Lightning: {status}"))
         if self._run._exc is not None or self._run._signal is not None:

@@ -67,6 +67,7 @@ def test_a_lightning_module_with_the_logger(tmp_path: Path) -> None:
         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
     )  # fmt: skip
     trainer.fit(Regressor(), loader, loader)
+    logger.experiment.finish()  # what the exit hook does at interpreter exit
     recs = records(tmp_path / "pl")
     assert recs[0]["preset"] == "lightning"
     config = [r["config"] for r in recs if r.get("kind") == "config"]
@@ -105,6 +106,8 @@ def test_a_hugging_face_trainer_with_the_callback(tmp_path: Path) -> None:
         callbacks=[callback],
     )  # fmt: skip
     trainer.train()
+    assert callback.run is not None
+    callback.run.finish()  # what the exit hook does at interpreter exit
     recs = records(tmp_path / "hf")
     assert recs[0]["preset"] == "hf" and recs[0]["config"]["script"]["args"]["max_steps"] == 20
     trains = [r for r in recs if r["type"] == "train" and "loss" in r]
