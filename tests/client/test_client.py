@@ -126,7 +126,7 @@ def test_the_wandb_module_keeps_configs_and_summaries(tmp_path: Path) -> None:
     wandb.finish()
     recs = records(run_dir)
     assert run_dir.parent == tmp_path
-    assert recs[0]["config"]["script"]["wandb"] == {"project": "p"}
+    assert recs[0]["config"]["meta"] == {"project": "p"} and "wandb" not in wandb.config
     assert [r["config"] for r in of(recs, "event") if r.get("kind") == "config"] == [
         {"batch": 8}, {"width": 4}]  # fmt: skip
     assert recs[-1]["summary"]["best"] == 0.5

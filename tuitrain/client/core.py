@@ -97,6 +97,13 @@ MAX_PENDING = 131_072  # values waiting for the flush thread; a full queue makes
 FULL_WAIT_S = 5.0  # how long log() waits for room before dropping its row (counted)
 FINISH_WAIT_S = 60.0  # how long finish() waits for a flush still converting
 MAX_KEY_CHARS = 256  # a longer key is not a metric name: its value is dropped (said once)
+META_KEYWORDS = ("project", "entity", "tags", "notes", "group", "job_type")
+IGNORED_INIT_KEYWORDS = (  # wandb's and trackio's init keywords that mean nothing here
+    "dir", "id", "resume", "reinit", "mode", "settings", "anonymous", "save_code", "force",
+    "config_exclude_keys", "config_include_keys", "allow_val_change", "sync_tensorboard",
+    "monitor_gym", "magic", "resume_from", "fork_from", "space_id", "dataset_id", "private",
+    "embed", "auto_log_gpu",
+)  # fmt: skip
 CLIENT_ALERT_ACTIONS = ("off", "warn", "stop")  # what acting on a script can mean
 SCRIPT_TASK: dict[str, Any] = {
     "name": "script",
@@ -130,8 +137,14 @@ def init(
     name: str | None = None,
     **options: Any,
 ) -> Run:
-    """Start a run (finishing one this process left open). See `Run` for the options."""
+    """Start a run (finishing one this process left open). See `Run` for the options;
+    wandb's and trackio's `project`, `entity`, `tags`, `notes`, `group`, `job_type` are kept
+    as the run's metadata, their other keywords (IGNORED_INIT_KEYWORDS) are accepted."""
     global _current
+    if run_dir is None and options.get("dir") is not None:
+        run_dir = options["dir"]
+    for key in IGNORED_INIT_KEYWORDS:
+        options.pop(key, None)
     if _current is not None and not _current.finished:
         _current.finish()
     _current = Run(run_dir, config, name, **options)
@@ -187,6 +200,12 @@ class Run:
         flush_s: float = FLUSH_S,
         alerts: Mapping[str, Any] | None = None,
         device: str | None = None,
+        project: str | None = None,
+        entity: str | None = None,
+        tags: Any = None,
+        notes: str | None = None,
+        group: str | None = None,
+        job_type: str | None = None,
     ) -> None:
         from tuitrain.core.rundir import RunDirLock
         from tuitrain.metrics.sinks import JsonlSink
@@ -205,6 +224,14 @@ class Run:
         )
         self.dir = Path(chosen)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.id = self.dir.name  # stable: scripts name checkpoint folders by it
+        self.project, self.entity, self.notes = project, entity, notes
+        self.group, self.job_type = group, job_type
+        self.tags: tuple[str, ...] = tuple(str(t) for t in (tags or ()))
+        self.url: str | None = None  # nothing to browse to: the run is a folder
+        meta = {k: getattr(self, k) for k in META_KEYWORDS}
+        self.meta: dict[str, Any] = {k: (list(v) if k == "tags" else v)
+                                     for k, v in meta.items() if v}  # fmt: skip
         self._lock_file = RunDirLock(self.dir)  # one writer, as for a hosted run
         try:
             self.sink = JsonlSink(self.dir / "metrics.jsonl")
@@ -227,6 +254,8 @@ class Run:
         self._wake = threading.Event()
         self._calls = 0
         self._step = 0  # the next implicit step
+        self._high = -1  # the highest step logged: a step below it is dropped (wandb's rule)
+        self.dropped_back = 0  # log calls whose step went back
         self._inflight: list[_Batch] = []
         self._last_row: tuple[int, float] | None = None  # (step, time) of the last train row
         self._said: set[str] = set()
@@ -256,6 +285,16 @@ class Run:
         """Keep `data` for the next flush: no conversion, no host sync (a few µs)."""
         if self.finished or _forks != self._forks:
             return  # a forked child (a helper, a DataLoader worker) never writes this run
+        summary = self.summary
+        for key, value in data.items():  # the summary holds each key's last value at once
+            if isinstance(value, (int, float)) or _is_tensor(value):
+                summary[key] = value
+            elif isinstance(value, Mapping):  # {"train": {"loss": x}}: train/loss, as wandb
+                data = _flattened(data)
+                summary.update((k, v) for k, v in data.items() if _summary_value(v))
+                break
+            elif plain_number(value) is not None:
+                summary[key] = value
         if step is None:
             at = self._step
             if commit:
@@ -268,11 +307,24 @@ class Run:
                     " what every reader can place); these calls are dropped and counted"
                 )
                 return
+            if got < self._high:
+                self.dropped_back += 1
+                if "step-back" in self._said:
+                    return
+                self._said.add("step-back")  # one warning, whatever the steps
+                self.say_once(
+                    f"log: step {got} is less than the current step {self._high}; steps must"
+                    " not go back, so these calls are dropped (as wandb does; counted in"
+                    " the end record's dropped_rows)"
+                )
+                return
             at = got
             self._step = max(self._step, at + 1 if commit else at)
         if at > STEP_MAX:  # the implicit counter past the last step
             self._drop_call(f"log: the step passed {STEP_MAX}; these calls are dropped and counted")
             return
+        if at > self._high:
+            self._high = at
         axes = self._axes
         if axes:  # define_metric: some keys go on another metric's axis
             data = self._split_axes(data, axes, commit)
@@ -286,6 +338,16 @@ class Run:
         self._calls += 1
         if self._calls % self.flush_every == 0:
             self._wake.set()
+
+    @property
+    def step(self) -> int:
+        """wandb's `run.step`: the step the next log call without `step` takes."""
+        return self._step
+
+    @property
+    def path(self) -> str:
+        """wandb's `run.path` (entity/project/id), with what this run knows."""
+        return "/".join(p for p in (self.entity, self.project or "tuitrain", self.id) if p)
 
     def _put(self, row: tuple[int, float, dict[str, Any]]) -> None:
         """Append a row to the bounded queue: when it is full, wait for the flush thread,
@@ -371,10 +433,12 @@ class Run:
         totals: dict[str, Any] = {"elapsed_s": round(time.perf_counter() - self._started, 3)}
         if code is not None:
             totals["exit_code"] = code
+        self.dropped_rows += self.dropped_back
+        self.dropped_back = 0
         if self.dropped_rows or self.dropped_values:
             totals["dropped_rows"] = self.dropped_rows
             totals["dropped_values"] = self.dropped_values
-        summary = _plain(self.summary) or None
+        summary = _plain(_summary_numbers(self.summary)) or None
         if summary is not None and len(json.dumps(summary)) > MAX_RECORD_BYTES // 2:
             summary = None  # thousands of keys: their last values are in the train records
         end = end_record(
@@ -542,7 +606,6 @@ class Run:
                     train["grad_norm"] = value
                 else:  # never a field of the contract: `type`, `mfu` ... become `user/<key>`
                     train[user_field(key)] = value
-                self.summary[key] = value
             if train:
                 step_time_s = None
                 if self._last_row is not None and step > self._last_row[0]:
@@ -581,7 +644,8 @@ class Run:
             name = torch.cuda.get_device_name()
         fields: dict[str, Any] = dict(
             preset=self.name,
-            config={"script": dict(self.config)},
+            # the script's config; project, tags ... (wandb's init keywords) beside it
+            config={"script": dict(self.config), **({"meta": self.meta} if self.meta else {})},
             device=device,
             device_name=name,
             precision=None,
@@ -603,6 +667,8 @@ class Run:
             # config.json, the header keeps a note (and the first 64 argv words)
             where = self._config_file()
             fields["config"] = {"script": {"config_file": where}}
+            if self.meta:
+                fields["config"]["meta"] = self.meta
             fields["argv"] = [str(a)[:4096] for a in sys.argv[:64]]
             header = header_record(**fields)
         with self._write:
@@ -824,6 +890,8 @@ class _Batch:
         self._slots.setdefault(value.device, []).append((values, key, value))
 
     def _launch(self) -> None:
+        if not self._slots:  # no tensors (a script without torch never imports it here)
+            return
         import torch
 
         for device, slots in list(self._slots.items()):
@@ -877,7 +945,28 @@ def eval_name(key: str) -> str | None:
     return None
 
 
+class _HostTelemetry:
+    """Host RSS only, for a script that has not imported torch (importing it for telemetry
+    would cost seconds and hundreds of MB)."""
+
+    def read(self) -> dict[str, int | float | None]:
+        return {"host_rss_bytes": host_rss_bytes()}
+
+
+def host_rss_bytes() -> int:
+    """Resident set size of this process (/proc/self/statm; the peak where there is none)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux: KiB
+
+
 def _telemetry(device: str | None) -> Any:
+    if "torch" not in sys.modules:  # the script never imported torch: no torch here either
+        return _HostTelemetry()
     try:
         import torch
 
@@ -888,3 +977,42 @@ def _telemetry(device: str | None) -> Any:
         return Telemetry(torch.device(device))
     except Exception:  # noqa: BLE001 - telemetry is a bonus, never a failure
         return None
+
+
+def _flattened(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested tables as wandb flattens them: {"train": {"loss": x}} -> {"train/loss": x}."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flattened(value, f"{name}/"))
+        else:
+            out[name] = value
+    return out
+
+
+def _summary_value(value: Any) -> bool:
+    return isinstance(value, (int, float)) or _is_tensor(value) or plain_number(value) is not None
+
+
+def _summary_numbers(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary for the end record: tensors and numpy scalars read as numbers (at finish,
+    after the last flush: no extra wait), a value that cannot be read left out."""
+    out: dict[str, Any] = {}
+    for key, value in summary.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            out[key] = None
+        elif isinstance(value, (bool, int, float, str)) or value is None:
+            out[key] = value
+        elif _is_tensor(value):
+            with contextlib.suppress(Exception):
+                if value.is_complex() or value.numel() != 1:
+                    continue
+                x = float(value.detach().reshape(()).float().item())
+                out[key] = x if math.isfinite(x) else None
+        elif plain_number(value) is not None:
+            x = float(plain_number(value) or 0.0)
+            out[key] = x if math.isfinite(x) else None
+        else:
+            out[key] = value
+    return out
