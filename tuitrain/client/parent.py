@@ -27,7 +27,7 @@ import tuitrain
 from tuitrain.core.errors import UserError
 from tuitrain.core.safefile import LinkRefused, not_regular, open_nofollow
 from tuitrain.metrics.records import end_record, event_record
-from tuitrain.metrics.runfile import LineTail
+from tuitrain.metrics.runfile import LineTail, last_records
 
 GRACE_S = 10.0
 HOOK_TIMEOUT_S = 60.0  # an --on-alert hook (and what it started) is killed after this
@@ -193,30 +193,6 @@ def refuse_special(path: Path) -> None:
             "another --run-dir."
         )
     raise not_regular(path, mode, "remove or rename it, or pass another --run-dir")
-
-
-def open_for_reading(path: Path) -> int | None:
-    """A descriptor on `path` when it is a regular file (a link is not followed, a FIFO never
-    waited on); None otherwise (missing, special, unreadable)."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return None
-    try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            return fd
-    except OSError:
-        pass
-    os.close(fd)
-    return None
-
-
-def last_records(metrics: Path, chunk: int = 1 << 20) -> tuple[dict[str, Any] | None, int | None]:
-    """(the last record, the step of the last record that has one): runfile's reader."""
-    from tuitrain.metrics.runfile import last_records as read_last
-
-    return read_last(metrics, chunk)
 
 
 def end_group(pgid: int, grace_s: float) -> list[str]:
