@@ -76,7 +76,7 @@ def test_headless_run_writes_the_contract(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = tuitrain("--no-ui", "--max-steps", "4", "--run-dir", str(run_dir), *TINY)
     assert proc.returncode == 0, proc.stderr
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("step")]
+    lines = [line for line in proc.stdout.splitlines() if line.partition(" ")[2].startswith("step")]
     assert len(lines) == 2 and "samples/s" in lines[0] and "data wait" in lines[0]
     assert "rss" in lines[0] and "loss" in lines[0]
     records = read_records(run_dir)
@@ -238,7 +238,7 @@ def test_signals_stop_cleanly(tmp_path: Path, sig: signal.Signals, code: int) ->
     assert proc.stdout is not None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # wait for the first logged step
-        if proc.stdout.readline().startswith("step"):
+        if proc.stdout.readline().partition(" ")[2].startswith("step"):
             break
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)

@@ -43,7 +43,9 @@ def records(run_dir: Path) -> list[dict]:
 
 
 def end_line(log: Path) -> str:
-    return [line for line in log.read_text().splitlines() if line.startswith("end ")][-1]
+    return [
+        line for line in log.read_text().splitlines() if line.partition(" ")[2].startswith("end ")
+    ][-1]
 
 
 def free_port() -> int:
@@ -126,7 +128,7 @@ def wait_for_step(proc: subprocess.Popen) -> None:
     assert proc.stdout is not None
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        if proc.stdout.readline().startswith("step"):
+        if proc.stdout.readline().partition(" ")[2].startswith("step"):
             return
     raise AssertionError("rank 0 never logged a step")
 

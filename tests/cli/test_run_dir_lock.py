@@ -27,7 +27,10 @@ def test_a_second_run_in_a_held_run_dir_is_refused(tmp_path: Path) -> None:
     try:
         assert first.stdout is not None
         deadline = time.monotonic() + 90
-        while not first.stdout.readline().startswith("step") and time.monotonic() < deadline:
+        while (
+            not first.stdout.readline().partition(" ")[2].startswith("step")
+            and time.monotonic() < deadline
+        ):
             pass
         for second_args in (["--max-steps", "2"], ["--resume", "auto", "--max-steps", "400"]):
             second = subprocess.run(

@@ -140,7 +140,9 @@ def test_signal_saves_and_resume_continues_at_the_next_step(
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not proc.stdout.readline().startswith("step     2"):
+    while time.monotonic() < deadline and not proc.stdout.readline().partition(" ")[2].startswith(
+        "step     2"
+    ):
         pass
     proc.send_signal(sig)
     proc.communicate(timeout=60)

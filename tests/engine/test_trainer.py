@@ -26,6 +26,7 @@ from tuitrain.metrics import MetricStore, StoreSink
 
 TRAIN_FIELDS = [
     "type",
+    "time",
     "step",
     "epoch",
     "samples",

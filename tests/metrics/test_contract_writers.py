@@ -177,12 +177,14 @@ def _train_args() -> dict[str, Any]:
 
 
 def test_script_train_record_order() -> None:
-    """type, step, epoch, loss, step_time_s, then the rest as logged; telemetry last."""
+    """type, time, step, epoch, loss, step_time_s, then the rest as logged; telemetry last."""
     values = {"lr": 0.1, "acc": 0.5, "loss": 2.0, "epoch": 1.0, user_field("mfu"): 3.0}
     rec = script_train_record(7, values, step_time_s=0.25)
-    assert list(rec) == ["type", "step", "epoch", "loss", "step_time_s", "lr", "acc", "user/mfu"]
+    assert list(rec) == [
+        "type", "time", "step", "epoch", "loss", "step_time_s", "lr", "acc", "user/mfu"
+    ]  # fmt: skip
     assert rec["type"] == "train" and rec["step"] == 7 and rec["loss"] == 2.0
-    assert list(script_train_record(0, {"loss": None})) == ["type", "step", "loss"]
+    assert list(script_train_record(0, {"loss": None})) == ["type", "time", "step", "loss"]
     add_telemetry(rec, {name: None for name in TELEMETRY_FIELDS})
     assert list(rec)[-len(TELEMETRY_FIELDS) :] == list(TELEMETRY_FIELDS)
 
@@ -202,7 +204,7 @@ def test_eval_record_order_and_null_for_a_non_finite_value() -> None:
     rec = eval_record(23, {"loss": 0.6, "acc": float("nan"), "bpc": 1.2}, epoch=1 / 3)
     assert list(rec) == [*EVAL_FIELDS, "val_loss", "val_acc", "val_bpc"]
     assert rec["epoch"] == 0.3333 and rec["val_acc"] is None
-    assert list(eval_record(4, {"acc": 0.5})) == ["type", "step", "val_acc"]  # a script's
+    assert list(eval_record(4, {"acc": 0.5})) == ["type", "time", "step", "val_acc"]  # a script's
     with pytest.raises(ValueError):
         eval_record(4, {"": 0.5})
     with pytest.raises(ValueError):
@@ -214,6 +216,7 @@ def test_event_and_alert_events() -> None:
     with pytest.raises(ValueError, match="type"):
         event_record("m", type="end")
     alert = alert_event("loss_spike", "stop", "loss 9", 12, outcome="the run stops", loss=9.0)
+    assert isinstance(alert.pop("time"), str)
     assert alert == {
         "type": "event", "level": "warning", "message": "alert loss_spike: loss 9 (the run stops)",
         "kind": "alert", "alert": "loss_spike", "action": "stop", "step": 12, "loss": 9.0,
@@ -222,7 +225,9 @@ def test_event_and_alert_events() -> None:
     for bad in ("level", "kind", "type"):
         with pytest.raises(ValueError, match=bad):
             alert_event("x", "warn", "m", 1, **{bad: 1})
-    assert script_alert_event("hello: world") == {
+    script = script_alert_event("hello: world")
+    assert isinstance(script.pop("time"), str)
+    assert script == {
         "type": "event", "level": "warning", "message": "hello: world", "kind": "alert",
         "alert": "script",
     }  # fmt: skip
@@ -308,10 +313,10 @@ def test_the_engine_writes_each_record_in_the_contract_order(tiny_config) -> Non
     for rec in by_type["train"]:
         assert list(rec)[: len(TRAIN_FIELDS)] == list(TRAIN_FIELDS)
     for rec in by_type.get("eval", []):
-        assert list(rec)[:3] == list(EVAL_FIELDS)
-        assert all(k.startswith("val_") for k in list(rec)[3:])
+        assert list(rec)[:4] == list(EVAL_FIELDS)
+        assert all(k.startswith("val_") for k in list(rec)[4:])
     (end,) = by_type["end"]
-    assert list(end)[:4] == list(END_FIELDS)
+    assert list(end)[:5] == list(END_FIELDS)
     totals = [k for k in end if k not in END_FIELDS and not k.startswith("val_")]
     assert totals == [k for k in END_TOTALS if k in totals]  # END_TOTALS' order
     assert end["weights_digest"] == list(end.values())[-1]

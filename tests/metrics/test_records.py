@@ -12,6 +12,7 @@ from tuitrain.metrics.records import (
     TRAIN_FIELDS,
     end_record,
     event_record,
+    record_time,
     train_record,
 )
 
@@ -42,6 +43,8 @@ def test_event_and_end_builders() -> None:
     event = event_record("paused at step 3", kind="pause", step=3)
     assert list(event)[0] == "type" and event["level"] == "info" and event["step"] == 3
     end = end_record("stopped", "stopped by SIGTERM", 7, samples=1792)
+    assert record_time(end) is not None and record_time(event) is not None
+    end.pop("time")
     assert end == {
         "type": "end", "status": "stopped", "reason": "stopped by SIGTERM", "step": 7,
         "samples": 1792,
@@ -64,3 +67,26 @@ def test_the_engine_writes_records_of_the_contract(tiny_config) -> None:
     train = [r for r in sink.records if r["type"] == "train"]
     assert train and all(tuple(r)[: len(TRAIN_FIELDS)] == TRAIN_FIELDS for r in train)
     assert sink.records[-1]["type"] == "end" and sink.records[0]["type"] == "header"
+
+
+def test_every_built_record_carries_wall_clock_time_and_old_runs_read_without() -> None:
+    from datetime import UTC, datetime
+
+    from tuitrain.metrics.records import clean_record, eval_record, script_train_record
+
+    before = datetime.now(UTC).replace(microsecond=0)
+    built = [
+        train_record(**VALUES, telemetry={}),
+        script_train_record(3, {"loss": 1.0}),
+        eval_record(3, {"acc": 0.5}),
+        event_record("m"),
+        end_record("completed", "done", 3),
+    ]
+    for rec in built:
+        assert list(rec)[:2] == ["type", "time"]
+        when = record_time(rec)
+        assert when is not None and before <= when <= datetime.now(UTC)
+        assert clean_record(rec) == rec  # a reader keeps it
+    assert record_time({"type": "train", "step": 1}) is None  # an older run's record
+    assert record_time({"type": "train", "time": 12}) is None
+    assert record_time({"type": "train", "time": "2026-12-04T18:52:43"}).tzinfo is not None

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import threading
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -189,6 +191,13 @@ def test_console_train_line_cpu_fallbacks() -> None:
     assert minimal.startswith("step     5 | loss —")
 
 
+def untimed(text: str) -> list[str]:
+    """The console's lines without the HH:MM:SS each opens with (which they must have)."""
+    lines = text.splitlines()
+    assert all(re.match(r"\d\d:\d\d:\d\d ", line) for line in lines), lines
+    return [line[9:] for line in lines]
+
+
 def test_console_eval_line() -> None:
     assert format_eval_line(EVAL) == "eval  step 234 | epoch 1 | val_loss 0.4012 | val_acc 85.31%"
 
@@ -205,8 +214,8 @@ def test_console_sink_routes_streams() -> None:
     sink.write({"type": "end", "status": "failed", "reason": "nan", "step": 240})
     sink.write({"type": "unknown"})
     sink.flush()
-    out_lines = out.getvalue().splitlines()
-    err_lines = err.getvalue().splitlines()
+    out_lines = untimed(out.getvalue())
+    err_lines = untimed(err.getvalue())
     assert len(out_lines) == 5
     header = out_lines[0]
     for piece in ("mnist-mlp", "cuda:0", "NVIDIA H200", "bf16", "compile off", "world_size 1"):
@@ -226,8 +235,8 @@ def test_console_sink_defaults_to_current_std_streams(capsys: pytest.CaptureFixt
     sink.write({"type": "event", "level": "info", "message": "to stdout"})
     sink.write({"type": "event", "level": "warning", "message": "to stderr"})
     captured = capsys.readouterr()
-    assert captured.out == "to stdout\n"
-    assert captured.err == "warning: to stderr\n"
+    assert untimed(captured.out) == ["to stdout"]
+    assert untimed(captured.err) == ["warning: to stderr"]
 
 
 def test_fanout_store_and_null_sinks() -> None:
@@ -243,7 +252,7 @@ def test_fanout_store_and_null_sinks() -> None:
     # The failing sink did not keep the record from the others.
     snap = store.snapshot()
     assert snap.latest is not None and snap.latest["step"] == 120
-    assert out.getvalue().startswith("step   120")
+    assert untimed(out.getvalue())[0].startswith("step   120")
     fan.flush()
     fan.close()
 
@@ -288,8 +297,21 @@ def test_headless_train_lines_say_step_of_total_and_eta() -> None:
     sink.write({**HEADER, "total_steps": 600})
     for step, step_time in ((100, 0.5), (110, 0.5), (120, 5.0)):
         sink.write({**TRAIN, "step": step, "step_time_s": step_time})
-    lines = out.getvalue().splitlines()[1:]
+    lines = untimed(out.getvalue())[1:]
     assert lines[0].startswith("step   100/600 |") and lines[0].endswith("| ETA 4:10")
     assert lines[2].startswith("step   120/600 |")
     assert lines[2].endswith("| ETA 4:00")  # median 0.5 s x 480 steps, not 5 s x 480
     assert format_train_line(TRAIN).startswith("step   120 |")  # no header: no total
+
+
+def test_console_lines_open_with_the_records_wall_clock_time() -> None:
+    """A spike or a stall in a headless log can be placed in time: each line opens with the
+    record's `time` in local HH:MM:SS; a record of an older writer (no `time`) gets now."""
+    out = io.StringIO()
+    sink = ConsoleSink(out=out, err=io.StringIO())
+    sink.write({**TRAIN, "time": "2026-12-04T18:52:43+00:00"})
+    sink.write({"type": "event", "level": "info", "message": "old run", "time": "garbled"})
+    first, second = out.getvalue().splitlines()
+    local = datetime.fromisoformat("2026-12-04T18:52:43+00:00").astimezone()
+    assert first.startswith(local.strftime("%H:%M:%S") + " step   120")
+    assert re.fullmatch(r"\d\d:\d\d:\d\d old run", second)

@@ -68,7 +68,9 @@ def start_rank1(env: dict[str, str], overrides: list[str]) -> subprocess.Popen:
 
 
 def end_of(log: Path) -> str:
-    return [line for line in log.read_text().splitlines() if line.startswith("end ")][-1]
+    return [
+        line for line in log.read_text().splitlines() if line.partition(" ")[2].startswith("end ")
+    ][-1]
 
 
 def rank0_app(overrides: list[str], run_dir: Path | None = None) -> TuitrainApp:

@@ -2,7 +2,9 @@
 that the engine and the UI share. No torch, no Textual: the UI, `watch` and the engine all
 import it.
 
-Every record is one JSON object, `"type"` first: `header`, `train`, `eval`, `event`, `end`.
+Every record is one JSON object, `"type"` first: `header`, `train`, `eval`, `event`, `end`;
+each carries its wall-clock `time` (`wall_time`: the header's in its place, every other
+record's second, after `"type"`; `record_time` reads it, None for an older run's).
 A field that does not apply is None (null), never a fake number. README.md ("The metric
 contract") says what each field means.
 
@@ -20,9 +22,30 @@ import math
 import numbers
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 Record = Mapping[str, Any]
+
+
+def wall_time() -> str:
+    """The wall-clock `time` every record carries, as the header's: ISO 8601 in UTC, to the
+    second ("2026-12-04T18:52:43+00:00"). A reader of an older run finds no `time` outside
+    its header and does without (`record_time` gives None)."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def record_time(record: Mapping[str, Any]) -> datetime | None:
+    """A record's `time` as an aware datetime, None when it has none (an older run's) or it
+    does not parse."""
+    value = record.get("time")
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def _refuse(kind: str, unknown: set[Any]) -> None:
@@ -101,6 +124,7 @@ MONITOR_FIELDS = (
 )
 TRAIN_FIELDS = (
     "type",
+    "time",
     "step",
     "epoch",
     "samples",
@@ -171,6 +195,7 @@ def train_record(
     _refuse("train", {n for n in metrics if not isinstance(n, str) or n in CONTRACT_FIELDS})
     record = {
         "type": "train",
+        "time": wall_time(),
         "step": step,
         "epoch": round(epoch, 4),
         "samples": samples,
@@ -223,7 +248,7 @@ SCRIPT_TRAIN_FIELDS = ("epoch", "loss", "lr", "grad_norm")
 def script_train_record(
     step: int, values: Mapping[str, float | None], step_time_s: float | None = None
 ) -> dict[str, Any]:
-    """A script's train record: type, step, then `epoch` and `loss` when logged, the
+    """A script's train record: type, time, step, then `epoch` and `loss` when logged, the
     measured `step_time_s` when known, then the rest of `values` (`lr`, `grad_norm` and
     the script's own metrics, already named by `user_field`) in the order they were logged."""
     _refuse(
@@ -234,7 +259,7 @@ def script_train_record(
             if not isinstance(k, str) or (k in CONTRACT_FIELDS and k not in SCRIPT_TRAIN_FIELDS)
         },
     )
-    record: dict[str, Any] = {"type": "train", "step": step}
+    record: dict[str, Any] = {"type": "train", "time": wall_time(), "step": step}
     for name in ("epoch", "loss"):
         if name in values:
             record[name] = values[name]
@@ -313,17 +338,17 @@ def merge_ranks(
 
 # An eval record: these, then one `val_<name>` field per validation metric of the task (or
 # of the script), in the order measured. A script's eval record has no epoch.
-EVAL_FIELDS = ("type", "step", "epoch")
+EVAL_FIELDS = ("type", "time", "step", "epoch")
 EVAL_PREFIX = "val_"
 
 
 def eval_record(
     step: int, metrics: Mapping[str, float | None], epoch: float | None = None
 ) -> dict[str, Any]:
-    """An `eval` record: type, step, epoch (rounded as a train record's; left out when
+    """An `eval` record: type, time, step, epoch (rounded as a train record's; left out when
     None), then `val_<name>` for each of `metrics` (a non-finite value is null)."""
     _refuse("eval", {n for n in metrics if not isinstance(n, str) or not n})
-    record: dict[str, Any] = {"type": "eval", "step": step}
+    record: dict[str, Any] = {"type": "eval", "time": wall_time(), "step": step}
     if epoch is not None:
         record["epoch"] = round(epoch, 4)
     for name, value in metrics.items():
@@ -456,7 +481,7 @@ def format_metric(value: float | None, fmt: str = "float") -> str:
 
 # An event record: these, then the fields of its kind (a checkpoint's path, an alert's
 # figures ...), which may not take these names.
-EVENT_FIELDS = ("type", "level", "message", "kind")
+EVENT_FIELDS = ("type", "time", "level", "message", "kind")
 # An alert event (`kind` "alert"): these after EVENT_FIELDS, then the alert's figures.
 ALERT_FIELDS = ("alert", "action", "step")
 
@@ -466,7 +491,14 @@ def event_record(
 ) -> dict[str, Any]:
     """An `event` record: `level` info/warning/error, a `kind` tools can filter on."""
     _refuse("event", set(extra) & set(EVENT_FIELDS))
-    return {"type": "event", "level": level, "message": message, "kind": kind, **extra}
+    return {
+        "type": "event",
+        "time": wall_time(),
+        "level": level,
+        "message": message,
+        "kind": kind,
+        **extra,
+    }
 
 
 def alert_event(
@@ -493,7 +525,7 @@ def script_alert_event(message: str, level: str = "warning") -> dict[str, Any]:
 
 # The end record: these, then its totals (those of END_TOTALS that the writer knows, and
 # the last evaluation's `val_<name>` metrics).
-END_FIELDS = ("type", "status", "reason", "step")
+END_FIELDS = ("type", "time", "status", "reason", "step")
 END_TOTALS = (
     "samples",
     "elapsed_s",
@@ -525,7 +557,13 @@ def end_record(
     `carried`: the fields of an end record read back (another writer's: not checked) that
     this one repeats, in their order; `totals` (checked) replace or follow them."""
     _refuse_totals(totals)
-    record: dict[str, Any] = {"type": "end", "status": status, "reason": reason, "step": step}
+    record: dict[str, Any] = {
+        "type": "end",
+        "time": wall_time(),
+        "status": status,
+        "reason": reason,
+        "step": step,
+    }
     record.update((k, v) for k, v in (carried or {}).items() if k not in END_FIELDS)
     record.update(totals)
     return record
@@ -613,8 +651,9 @@ TEXT_FIELDS = frozenset(
      "traceback", "weights_digest", "peak_source"}
 )  # fmt: skip
 NUMBER_FIELDS = frozenset(
-    {*TRAIN_FIELDS[1:], "val_acc", "val_loss", "elapsed_s", "world_size", "train_samples",
-     "val_samples", "params", "global_batch", "steps_per_epoch", "total_steps",
+    {*(f for f in TRAIN_FIELDS if f not in ("type", "time")), "val_acc", "val_loss",
+     "elapsed_s", "world_size", "train_samples", "val_samples", "params", "global_batch",
+     "steps_per_epoch", "total_steps",
      "device_memory_bytes", "flops_per_sample", "peak_tflops"}
 )  # fmt: skip
 PER_RANK_FIELDS = frozenset({"rank_step_time_s", "rank_busy_s"})

@@ -3,6 +3,8 @@
 Every sink has ``write(record)``, ``flush()`` and ``close()``; none mutates the
 record it is given. :func:`read_jsonl` reads back what :class:`JsonlSink` wrote,
 tolerating a truncated last line (a run killed mid-write, or a file being tailed).
+The console's lines (`--no-ui`, train.log) open with the record's wall-clock time, HH:MM:SS
+local.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -36,6 +39,7 @@ from tuitrain.metrics.records import (
     MAX_RECORD_BYTES,
     Record,
     clean_record,
+    record_time,
 )
 from tuitrain.metrics.store import MetricStore
 
@@ -322,6 +326,13 @@ def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
     yield from read_records(path, clean=False)
 
 
+def console_clock(record: Record) -> str:
+    """HH:MM:SS in local time: the record's wall-clock `time`, now for a record without one
+    (an older writer's)."""
+    when = record_time(record)
+    return (when.astimezone() if when is not None else datetime.now()).strftime("%H:%M:%S")
+
+
 class ConsoleSink(Sink):
     """Headless human output: one line per record; warnings and errors go to ``err``.
 
@@ -352,7 +363,8 @@ class ConsoleSink(Sink):
             line = format_record(record, self._header)
         if line is None:
             return
-        line = strip_controls(line)  # a message from a file or user code: no escape codes
+        # the wall clock first, so a spike or a stall in a log can be placed in time
+        line = f"{console_clock(record)} {strip_controls(line)}"  # no escape codes from users
         to_err = is_error_record(record)
         stream = (self._err or sys.stderr) if to_err else (self._out or sys.stdout)
         with self._lock:
