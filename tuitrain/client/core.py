@@ -31,7 +31,7 @@ allocator's figures, NVML utilisation and device memory: `tuitrain.engine.teleme
 the newest train record, and judges the train records with the alert rules; an alert whose
 action is `stop` sets `run.should_stop`.
 
-What it promises (README, "Reliability"): every logged row reaches the file or is counted as
+What it promises (docs/reliability.md): every logged row reaches the file or is counted as
 dropped (`dropped_rows` in the end record, a warning event at the flush). The queue holds at
 most MAX_PENDING values (a row counts its keys); a `log` that finds it full wakes the flush
 thread and waits up to

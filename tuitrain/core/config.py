@@ -50,7 +50,7 @@ class TaskConfig:
         "classify (cross-entropy over class indices; val loss and accuracy) | charlm (next"
         " character; val loss in nats and bits per character), or a user factory "
         "'package.module:function' returning an object with training_step(model, batch)"
-        ' (README: "Your own task").',
+        " (docs/tasks.md).",
     )
     tolerance: float = _f(
         0.0,

@@ -5,7 +5,7 @@ import it.
 Every record is one JSON object, `"type"` first: `header`, `train`, `eval`, `event`, `end`;
 each carries its wall-clock `time` (`wall_time`: the header's in its place, every other
 record's second, after `"type"`; `record_time` reads it, None for an older run's).
-A field that does not apply is None (null), never a fake number. README.md ("The metric
+A field that does not apply is None (null), never a fake number. docs/metrics.md ("The metric
 contract") says what each field means.
 
 This module owns every record type: each one is built here (`header_record`,
