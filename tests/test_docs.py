@@ -64,12 +64,19 @@ def written_kinds() -> set[str]:
 
 
 def test_the_docs_list_exactly_the_event_kinds_written() -> None:
-    lines = [ln for ln in DOCS.splitlines() if ln.startswith("Event kinds:")]
-    assert len(lines) == 1, f"one 'Event kinds:' line in the README and docs/, not {len(lines)}"
-    listed = set(re.findall(r"`([a-z_]+)`", lines[0].split(". ")[0]))
+    found = [
+        (path.relative_to(ROOT), ln)
+        for path, text in WRITTEN.items()
+        for ln in text.splitlines()
+        if ln.startswith("Event kinds:")
+    ]
+    assert len(found) == 1, f"one 'Event kinds:' line in the README and docs/, not {found}"
+    where, line = found[0]
+    listed = set(re.findall(r"`([a-z_]+)`", line.split(". ")[0]))
     assert listed == written_kinds(), (
-        f"the docs list but code never writes: {sorted(listed - written_kinds())}; "
-        f"code writes but the docs do not list: {sorted(written_kinds() - listed)}"
+        f"{where}'s 'Event kinds:' line lists what code never writes: "
+        f"{sorted(listed - written_kinds())}; code writes what it does not list: "
+        f"{sorted(written_kinds() - listed)}"
     )
 
 
