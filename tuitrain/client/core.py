@@ -22,9 +22,11 @@ the script's own metrics, under its own name), events, and an end record written
 exit without `finish`.
 
 Steps follow wandb's and trackio's rule: without `step`, each call is the next step; an
-explicit step moves the counter forward. The run dir comes from the argument, else
-`TUITRAIN_RUN_DIR` (set by `tuitrain run -- CMD`), else `runs/<name>-<timestamp>`; the same
-one-writer lock as a hosted run.
+explicit step moves the counter forward. Each run has a folder of its own (`rundirs`):
+`TUITRAIN_RUN_DIR` (set by `tuitrain run -- CMD`) for the script's first run and a fresh
+`<it>-2`, `-3` ... for each later one, else the argument (a fresh sibling when this process
+wrote a run there already), else a fresh `runs/<name>-<timestamp>` (`-2` ... when two start
+in the same second); the same one-writer lock as a hosted run.
 
 At each flush the flush thread also samples what a script rarely logs (host RSS, the CUDA
 allocator's figures, NVML utilisation and device memory: `tuitrain.engine.telemetry`) into
@@ -60,10 +62,11 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
 import tuitrain
+from tuitrain.client import rundirs
 from tuitrain.core.errors import UserError
 from tuitrain.metrics.alerts import AlertRules
 from tuitrain.metrics.records import (
@@ -216,14 +219,16 @@ class Run:
         if plain_number(flush_s) is None or not 0 < float(flush_s) <= 3600:
             raise UserError(f"flush_s = {flush_s!r:.40} must be a number of seconds in (0, 3600].")
         self.name = name or script_name()
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         forced = os.environ.get("TUITRAIN_RUN_DIR")  # tuitrain run -- CMD: its run dir wins
-        chosen = forced or run_dir or f"runs/{self.name}-{stamp}"
         self._ignored_dir = (
             str(run_dir) if forced and run_dir and Path(run_dir) != Path(forced) else None
         )
-        self.dir = Path(chosen)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        moved: str | None = None  # why the run is not in the folder asked for
+        self.number = 1  # under tuitrain run: this run's place among the script's runs
+        if forced:  # run 1 writes it, later runs a fresh folder beside it (rundirs)
+            self.dir, self.number = rundirs.forced_dir(Path(forced))
+        else:
+            self.dir, moved = rundirs.chosen_dir(run_dir, self.name)
         self.id = self.dir.name  # stable: scripts name checkpoint folders by it
         self.project, self.entity, self.notes = project, entity, notes
         self.group, self.job_type = group, job_type
@@ -264,6 +269,8 @@ class Run:
         self._exc: tuple[str, str] | None = None  # an uncaught exception: (type, message)
         self._signal: str | None = None
         self._exit_code: int | None = None  # what sys.exit was given
+        self._exit_message = ""  # sys.exit("message"): the message
+        self._exit_unknown = ""  # a SystemExit whose code the client could not read: where
         self.dropped_rows = 0  # log calls that never reached the file
         self.dropped_values = 0  # single values left out (unreadable, or over the line size)
         self._dropped_told = 0
@@ -271,13 +278,21 @@ class Run:
         self.rules = AlertRules(rules)
         self._telemetry = _telemetry(device)
         self._write_header()
+        if moved is not None:
+            self._emit([event_record(moved, kind="client")])
+        if self.number > 1:
+            self._emit([event_record(
+                f"run {self.number} of this tuitrain run: its own run dir {str(self.dir)!r:.300}"
+                f", beside {forced!r:.300} (one run, one folder)", kind="client")])  # fmt: skip
         if self._ignored_dir is not None:
             self._emit([event_record(
                 f"run_dir {self._ignored_dir!r:.300} was given, but tuitrain run set"
-                f" TUITRAIN_RUN_DIR={forced!r:.300}: the run is written there, where the"
-                " dashboard reads it", level="warning", kind="client")])  # fmt: skip
+                f" TUITRAIN_RUN_DIR={forced!r:.300}: the run is written to"
+                f" {str(self.dir)!r:.300}, where the dashboard reads it", level="warning",
+                kind="client")])  # fmt: skip
         self._thread = threading.Thread(target=self._loop, name="tuitrain-flush", daemon=True)
         self._thread.start()
+        self._main_frame = _main_module_frame()
         self._hooks()
 
     # ------------------------------------------------------------------ the script's side
@@ -453,6 +468,7 @@ class Run:
             self.sink.write(end)
             self.sink.close()
         self._lock_file.release()
+        rundirs.note_used(self.dir)  # the next run asking for this folder gets one beside it
         self._unhook()
         if _current is self:
             _current = None
@@ -476,8 +492,12 @@ class Run:
                 return "stopped", "stopped by SIGINT (KeyboardInterrupt)"
             return "failed", f"{kind}: {message}" if message else kind
         code = exit_code if exit_code is not None else self._exit_code
+        said = f": {self._exit_message}" if self._exit_message else ""
         if code:
-            return "failed", f"the script exited with code {code}"
+            return "failed", f"the script exited with code {code}{said}"
+        if self._exit_unknown and exit_code is None:
+            return "failed", (f"the script ended by SystemExit ({self._exit_unknown}); its exit"
+                              " code could not be read here")  # fmt: skip
         return "completed", "finish() called" if exit_code is not None else "finished"
 
     def __enter__(self) -> Run:
@@ -487,7 +507,7 @@ class Run:
         self, kind: type[BaseException] | None, exc: BaseException | None, _tb: TracebackType | None
     ) -> None:
         if isinstance(exc, SystemExit):
-            self._exit_code = _exit_code_of(exc.code)
+            self._note_exit(exc.code)
         elif exc is not None:
             self._exc = (
                 type(exc).__name__,
@@ -717,7 +737,7 @@ class Run:
 
         def noting_exit(status: object = None) -> None:
             if threading.current_thread() is threading.main_thread():
-                run._exit_code = _exit_code_of(status)
+                run._note_exit(status)
             real_exit(status)  # type: ignore[arg-type]
 
         sys.exit = noting_exit  # type: ignore[assignment]
@@ -754,10 +774,24 @@ class Run:
         self._signal = signal.Signals(signum).name
         raise SystemExit(128 + signum)  # through the script's finally blocks and atexit
 
+    def _note_exit(self, status: object) -> None:
+        """What `sys.exit(status)` / `raise SystemExit(status)` means: its code and message."""
+        self._exit_code = _exit_code_of(status)
+        if status is not None and not isinstance(status, int):
+            text = str(status).strip()
+            self._exit_message = text.splitlines()[0][:500] if text else ""
+
     def _at_exit(self) -> None:
         if not self.finished and _forks == self._forks:
             if self._exit_code is None and self._exc is None and self._signal is None:
-                self._exit_code = 0  # the interpreter ends normally
+                # no sys.exit, no exception: the script returned, or raised SystemExit itself
+                ended = _system_exit_of(self._main_frame)
+                if ended is None:
+                    self._exit_code = 0  # the interpreter ends normally
+                elif ended[0] is None:
+                    self._exit_unknown = ended[1]
+                else:
+                    self._note_exit(ended[0])
             self.finish()
 
 
@@ -768,6 +802,62 @@ def _exit_code_of(status: object) -> int:
     if isinstance(status, int) and not isinstance(status, bool):
         return status
     return 1
+
+
+def _main_module_frame() -> FrameType | None:
+    """The frame of the script's top level (`python train.py`, `python -m pkg.train`), seen
+    from any thread; None elsewhere (a notebook, an embedded interpreter)."""
+    main = sys.modules.get("__main__")
+    frame = sys._current_frames().get(threading.main_thread().ident or -1)
+    while frame is not None:
+        top = frame.f_code.co_name == "<module>"
+        if top and frame.f_globals is getattr(main, "__dict__", None):
+            back = frame.f_back
+            return frame if back is None or "runpy" in back.f_code.co_filename else None
+        frame = frame.f_back
+    return None
+
+
+def _system_exit_of(frame: FrameType | None) -> tuple[object, str] | None:
+    """At exit, after the script's top level ended: None when it returned; else it ended by
+    a SystemExit that went through neither sys.exit nor the excepthook (`raise
+    SystemExit("msg")`, `exit(2)`): (its argument read from that line's source where it is a
+    literal, else None; "file:line")."""
+    import ast
+    import dis
+    import linecache
+
+    if frame is None:
+        return None
+    code = frame.f_code
+    try:
+        if dis.opname[code.co_code[frame.f_lasti]].startswith("RETURN"):
+            return None
+    except IndexError:
+        return None
+    where = f"{Path(code.co_filename).name}:{frame.f_lineno}"
+    try:
+        tree = ast.parse(linecache.getline(code.co_filename, frame.f_lineno or 0).strip())
+    except (SyntaxError, ValueError):
+        return None, where
+    for node in ast.walk(tree):
+        call = node.exc if isinstance(node, ast.Raise) else node
+        if isinstance(node, ast.Raise) and isinstance(call, ast.Name) and call.id == "SystemExit":
+            return 0, where  # `raise SystemExit`
+        if not isinstance(call, ast.Call):
+            continue
+        func = call.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name not in ("SystemExit", "exit", "quit"):
+            continue
+        if not call.args:
+            return 0, where
+        with contextlib.suppress(ValueError, TypeError, SyntaxError, RecursionError):
+            return ast.literal_eval(call.args[0]), where
+        if isinstance(call.args[0], ast.JoinedStr):
+            return 1, where  # an f-string: code 1 (its text is in the output)
+        return None, where
+    return None, where
 
 
 def _as_step(step: object) -> int | None:
