@@ -75,7 +75,8 @@ def test_the_run_object_has_wandbs_attributes(tmp_path: Path) -> None:
     run = wandb.init(
         project="proj", name="trial", dir=str(tmp_path), tags=["a", "b"], notes="n", group="g"
     )
-    assert run.id == run.dir.name == "tuitrain-trial" and run.name == "trial"
+    assert run.id == Path(run.dir).name == "tuitrain-trial" and run.name == "trial"
+    assert isinstance(run.dir, str)  # as wandb's
     assert run.project == "proj" and run.tags == ("a", "b") and run.notes == "n"
     assert run.group == "g" and run.url is None and run.path == "proj/tuitrain-trial"
     assert Path(run.dir).parent == tmp_path and run.step == 0

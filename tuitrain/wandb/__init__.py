@@ -1,20 +1,25 @@
 """`import tuitrain.wandb as wandb`: a script written for wandb runs unchanged and writes a
 tuitrain run (then `tuitrain watch`, `export`, `watch --compare` read it; under `tuitrain run
--- python train.py` the dashboard shows it live).
+-- python train.py` the dashboard shows it live). `tuitrain.wandb.install()` routes every later
+`import wandb` here, so the frameworks' own wandb paths (HF's `report_to="wandb"`,
+Lightning's `WandbLogger`, accelerate's tracker) write a tuitrain run too.
 
 Kept, as wandb has them: `init(project, name, config, dir, tags, notes, group, job_type,
-entity, mode)` (returns the run; `with wandb.init() as run:` finishes it), `log(data, step,
-commit)` (numbers, numpy scalars, scalar tensors, nested tables flattened to `a/b`; a step
-that goes back is dropped with a warning, as wandb does), `config` (attribute and item access,
-`update` with a table or an argparse Namespace, `setdefaults`, `as_dict`), `summary` (each
-key's last logged value at once), `finish(exit_code)`, `run` (None outside a run; `id`,
-`name`, `project`, `dir`, `step`, `tags`, `notes`, `group`, `url` None, `path`),
-`define_metric(name, step_metric)`, `alert(title, text, level)`, `AlertLevel`, `errors`
-(real exception classes), `agent(sweep_id, function, count)` (calls `function` `count` times,
-each trial its own run), `mode="disabled"` / `WANDB_MODE=disabled` (no run dir at all),
-`Settings`, `login` (nothing to log in to). Anything else is a harmless no-op that says so once
-on stderr (it can be called and its attributes read): media (`Image`, `Table`, `Histogram`...),
-`plot`, artifacts, `watch(model)`, `save`, `Api`.
+entity, mode)` (returns the run, a `wandb_run.Run`; `with wandb.init() as run:` finishes it),
+`log(data, step, commit)` (numbers, numpy scalars, scalar tensors, nested tables flattened to
+`a/b`; a step that goes back is dropped with a warning, as wandb does), `config` (attribute
+and item access, `update` with a table or an argparse Namespace, `setdefaults`, `as_dict`),
+`summary` (each key's last logged value at once), `finish(exit_code)`, `run` (None outside a
+run; `id`, `name`, `project`, `dir` (text), `step`, `tags`, `notes`, `group`, `url` None,
+`path`, `settings`), `define_metric(name, step_metric)` (`"*"`: that metric is the step),
+`alert(title, text, level)`, `AlertLevel`, `errors` (real exception classes), `agent(sweep_id,
+function, count)` (calls `function` `count` times, each trial its own run), `mode="disabled"`
+/ `WANDB_MODE=disabled` (no run dir at all), `Settings`, `login` (nothing to log in to),
+`termwarn`/`termlog`/`termerror` (stderr), `require`, `Artifact` (accepted, not kept).
+Anything else is a harmless no-op that says so once on stderr (it can be called and its
+attributes read): media (`Image`, `Table`, `Histogram`, `Video`, `Audio`, `Html`...) and
+`plot.*` (a logged one is left out, counted, one warning event per kind), `watch(model)`,
+`save`, `Api`.
 """
 
 from __future__ import annotations
@@ -22,17 +27,21 @@ from __future__ import annotations
 import enum
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from tuitrain.client import core as client
+from tuitrain.wandb import _shared
+from tuitrain.wandb._shared import Settings
+from tuitrain.wandb.wandb_run import Artifact, Run, RunDisabled, alert_level
+
+__version__ = "0.22.0+tuitrain"  # the wandb API it answers for; `+tuitrain` says whose it is
 
 __all__ = [
     "AlertLevel",
+    "Artifact",
+    "Settings",
     "agent",
     "alert",
     "config",
@@ -40,16 +49,21 @@ __all__ = [
     "errors",
     "finish",
     "init",
+    "install",
     "log",
     "login",
     "summary",
 ]
 
-_run: client.Run | _DisabledRun | None = None  # `wandb.run` reads it (None once finished)
+_run: Run | RunDisabled | None = None  # `wandb.run` reads it (None once finished)
 
 
 class _Config(client.Config):
     """`wandb.config` before and after `init`: writes go to the current run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        object.__setattr__(self, "_items", self)  # vars(wandb.config)["_items"] (HF's sweeps)
 
     def update(self, values: Any = None, allow_val_change: bool = True, **more: Any) -> None:  # type: ignore[override]
         merged = {**_as_dict(values), **more}
@@ -76,56 +90,6 @@ config = _Config()
 summary: dict[str, Any] = {}
 
 
-class _DisabledRun:
-    """`mode="disabled"`: every call a no-op, nothing written."""
-
-    def __init__(self, name: str | None, meta: Mapping[str, Any]) -> None:
-        self.id = "disabled"
-        self.name = name or client.script_name()
-        self.project = meta.get("project")
-        self.entity = meta.get("entity")
-        self.tags = tuple(meta.get("tags") or ())
-        self.notes, self.group = meta.get("notes"), meta.get("group")
-        self.job_type = meta.get("job_type")
-        self.url: str | None = None
-        self.path = f"{self.project or 'tuitrain'}/disabled"
-        self.dir = Path(tempfile.gettempdir())  # somewhere a script may write; no run dir
-        self.config: client.Config = config
-        self.summary: dict[str, Any] = {}
-        self.should_stop = False
-        self.finished = False
-        self.step = 0
-
-    def log(self, data: Mapping[str, Any], step: int | None = None, commit: bool = True) -> None:
-        if step is None and commit:
-            self.step += 1
-
-    def update_config(self, values: Mapping[str, Any]) -> None:
-        pass
-
-    def define_metric(self, *_: Any, **__: Any) -> None:
-        pass
-
-    def alert(self, *_: Any, **__: Any) -> None:
-        pass
-
-    def finish(self, exit_code: int | None = None, **_: Any) -> None:
-        self.finished = True
-
-    def __enter__(self) -> _DisabledRun:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, _tb: TracebackType | None
-    ) -> None:
-        self.finish()
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Ignored
-
-
 def _disabled(mode: Any) -> bool:
     if mode is None:
         mode = os.environ.get("WANDB_MODE")
@@ -138,9 +102,9 @@ def init(
     project: str | None = None,
     name: str | None = None,
     config: Mapping[str, Any] | Any | None = None,  # noqa: A002 - wandb's keyword
-    dir: str | None = None,  # noqa: A002 - wandb's keyword
+    dir: str | os.PathLike[str] | None = None,  # noqa: A002 - wandb's keyword
     **kwargs: Any,
-) -> Any:
+) -> Run | RunDisabled:
     """Start a run: under `tuitrain run` its run dir, else `dir`/tuitrain-<name> or
     runs/<name>-<timestamp> (a `-2`, `-3` ... suffix where that run dir holds a run already).
     `project`, `entity`, `tags`, `notes`, `group`, `job_type` are the run's metadata (the
@@ -156,7 +120,7 @@ def init(
     if _disabled(kwargs.get("mode")):
         dict.clear(globals()["config"])
         dict.update(globals()["config"], merged)
-        _run = _DisabledRun(name, meta)
+        _run = RunDisabled(name, meta, globals()["config"])
         summary = _run.summary
         return _run
     directory: str | None = None
@@ -166,13 +130,13 @@ def init(
             directory = _unique(os.path.join(dir, "tuitrain-" + stem))
         else:
             directory = _unique(f"runs/{stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
-    run = client.init(directory, merged, name, **meta)
+    inner = client.init(directory, merged, name, **meta)
     dict.clear(globals()["config"])
-    dict.update(globals()["config"], run.config)
-    run.config = globals()["config"]
-    summary = run.summary
-    _run = run
-    return run
+    dict.update(globals()["config"], inner.config)
+    inner.config = globals()["config"]
+    summary = inner.summary
+    _run = Run(inner)
+    return _run
 
 
 def _unique(path: str) -> str:
@@ -184,7 +148,7 @@ def _unique(path: str) -> str:
     return found
 
 
-def _live() -> Any:
+def _live() -> Run | RunDisabled:
     return _run if _run is not None and not _run.finished else init()
 
 
@@ -211,13 +175,9 @@ class AlertLevel(enum.StrEnum):
     ERROR = "ERROR"
 
 
-_LEVELS = {"INFO": "info", "WARN": "warning", "WARNING": "warning", "ERROR": "error"}
-
-
-def alert(title: str, text: str = "", level: Any = "warning", **_: Any) -> None:
+def alert(title: str, text: str = "", level: Any = "WARN", **_: Any) -> None:
     if _run is not None and not _run.finished:
-        word = str(getattr(level, "value", level)).upper()
-        _run.alert(title, text, _LEVELS.get(word, "warning"))
+        _run.alert(title, text, alert_level(level))
 
 
 def agent(
@@ -248,26 +208,43 @@ def login(*_: Any, **__: Any) -> bool:
     return True
 
 
-class Settings:
-    def __init__(self, *_: Any, **__: Any) -> None:
-        pass
+def require(*_: Any, **__: Any) -> None:
+    """wandb's feature switches (`require("service")`): nothing to switch on."""
+
+
+def _attach(*_: Any, **__: Any) -> Run | RunDisabled | None:
+    """Lightning's reattach after a spawn: the run this process has, if any."""
+    return _run if _run is not None and not _run.finished else None
+
+
+def termlog(string: str = "", repeat: bool = True, **_: Any) -> None:
+    _term("", string, repeat)
+
+
+def termwarn(string: str = "", repeat: bool = True, **_: Any) -> None:
+    _term("WARNING ", string, repeat)
+
+
+def termerror(string: str = "", repeat: bool = True, **_: Any) -> None:
+    _term("ERROR ", string, repeat)
+
+
+def _term(prefix: str, string: str, repeat: bool) -> None:
+    line = f"wandb: {prefix}{string}"
+    if repeat:
+        print(line, file=sys.stderr)
+    else:
+        _shared.say_once(line)
 
 
 class _Errors:
     """`wandb.errors`: real exception classes (`except wandb.errors.CommError:` works); any
     other name is `Error`. Nothing here raises them: there is no server to fail."""
 
-    class Error(Exception):
-        pass
-
-    class CommError(Error):
-        pass
-
-    class UsageError(Error):
-        pass
-
-    class AuthenticationError(Error):
-        pass
+    Error = _shared.Error
+    CommError = _shared.CommError
+    UsageError = _shared.UsageError
+    AuthenticationError = _shared.AuthenticationError
 
     def __getattr__(self, name: str) -> type[Exception]:
         if name.startswith("__"):
@@ -276,7 +253,7 @@ class _Errors:
 
 
 errors = _Errors()
-Error = _Errors.Error
+Error = _shared.Error
 
 
 def _as_dict(value: Any) -> dict[str, Any]:
@@ -289,39 +266,31 @@ def _as_dict(value: Any) -> dict[str, Any]:
     return {"config": value}
 
 
-_said: set[str] = set()
+def install() -> None:
+    """Route every later `import wandb` (and `wandb.sdk...`, `wandb.wandb_run`, `wandb.util`,
+    `wandb.env`) here: HF's `report_to="wandb"`, Lightning's `WandbLogger` and accelerate's
+    tracker then write a tuitrain run. Idempotent; where the real wandb is imported already it
+    is refused (UserError, one sentence): call it before importing the framework."""
+    from tuitrain.wandb import _routing
+
+    _routing.route(
+        "wandb", __name__, __version__, ("wandb_run", "sdk", "sdk.lib.config_util", "env", "util"),
+        extra={"sdk.wandb_run": f"{__name__}.wandb_run"},
+        caches=(("lightning.pytorch.loggers.wandb", "_WANDB_AVAILABLE"),
+                ("pytorch_lightning.loggers.wandb", "_WANDB_AVAILABLE")),
+    )  # fmt: skip
 
 
-class _IgnoredType(type):
-    def __getattr__(cls, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return cls
-
-
-class _Ignored(metaclass=_IgnoredType):
-    """What an unsupported name gives: a class (isinstance works) whose attributes, calls and
-    instances' attributes and calls are all no-ops (`wandb.plot.line(...)`,
-    `wandb.Image(x)`, `wandb.Api().runs(...)`)."""
-
-    def __init__(self, *_: Any, **__: Any) -> None:
-        pass
-
-    def __call__(self, *_: Any, **__: Any) -> _Ignored:
-        return self
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return self
+_SUBMODULES = ("env", "sdk", "util", "wandb_run")
 
 
 def __getattr__(name: str) -> Any:
     if name == "run":
         return _run if _run is not None and not _run.finished else None
-    if name.startswith("__"):
+    if name in _SUBMODULES:  # imported on first use: a plain import stays cheap
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    if name.startswith("_"):  # private names and submodules (`from ... import _x`) stay real
         raise AttributeError(name)
-    if name not in _said:
-        _said.add(name)
-        print(f"tuitrain.wandb: wandb.{name} is not supported; ignored", file=sys.stderr)
-    return _Ignored
+    return _shared.unsupported("wandb", name)

@@ -1,0 +1,90 @@
+"""`tuitrain.wandb.install()` and `tuitrain.trackio.install()`: a face (and its submodules) put
+into `sys.modules` under the library's name, so `import wandb` (`from wandb.sdk.lib import
+RunDisabled` ...) anywhere after it gets tuitrain, and the library's version asked through
+`importlib.metadata` (Lightning's `RequirementCache("wandb>=0.12.10")`) answers the face's.
+Idempotent; refused, in one sentence, where the real library is imported already."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from tuitrain.core.errors import UserError
+
+
+def route(
+    alias: str,
+    face: str,
+    version: str,
+    submodules: tuple[str, ...] = (),
+    extra: Mapping[str, str] | None = None,
+    caches: tuple[tuple[str, str], ...] = (),
+) -> None:
+    """`sys.modules[alias] = face`, each `face.sub` as `alias.sub`, `extra` ({alias's
+    submodule: face's module}) besides; `caches` ((module, name) of a framework's cached
+    "is it installed?" answer) asked again."""
+    held = sys.modules.get(alias)
+    if held is not None and getattr(held, "__name__", None) != face:
+        where = getattr(held, "__file__", None) or "an earlier import"
+        raise UserError(
+            f"tuitrain.{alias}.install(): the real {alias} is imported already ({where}), so"
+            f" `import {alias}` can no longer be routed to tuitrain; call install() first,"
+            f" before anything imports {alias} (transformers, lightning, your own modules)."
+        )
+    module = importlib.import_module(face)
+    for sub in submodules:
+        importlib.import_module(f"{face}.{sub}")
+    sys.modules[alias] = module
+    for name, loaded in list(sys.modules.items()):
+        if name.startswith(face + "."):
+            sys.modules[alias + name[len(face) :]] = loaded
+    for name, target in (extra or {}).items():
+        sys.modules[f"{alias}.{name}"] = sys.modules[target]
+    if not any(isinstance(f, _Distributions) and f.name == alias for f in sys.meta_path):
+        sys.meta_path.insert(0, _Distributions(alias, version))
+    for module_name, attribute in caches:
+        cache = getattr(sys.modules.get(module_name), attribute, None)
+        if cache is not None and getattr(cache, "available", None) is False:
+            vars(cache).pop("available", None)  # a RequirementCache that said "not installed"
+
+
+def _normal(name: str) -> str:
+    return name.lower().replace("-", "_").replace(".", "_")
+
+
+class _Distributions(importlib.abc.MetaPathFinder):
+    """Answers `importlib.metadata` for the routed name (and nothing else): its version."""
+
+    def __init__(self, name: str, version: str) -> None:
+        self.name, self.version = name, version
+
+    def find_spec(self, *_: Any, **__: Any) -> None:
+        return None  # imports are answered by sys.modules
+
+    def find_distributions(self, context: Any = None) -> Iterator[Any]:
+        wanted = getattr(context, "name", None)
+        if wanted is not None and _normal(str(wanted)) == _normal(self.name):
+            yield _distribution(self.name, self.version)
+
+
+def _distribution(name: str, version: str) -> Any:
+    from importlib.metadata import Distribution
+
+    class Routed(Distribution):
+        def read_text(self, filename: str) -> str | None:
+            if filename == "METADATA":
+                return (
+                    f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                    f"Summary: tuitrain's {name} face (tuitrain.{name}.install())\n"
+                )
+            return None
+
+        def locate_file(self, path: Any) -> Any:
+            from pathlib import Path
+
+            return Path(path)
+
+    return Routed()
