@@ -118,3 +118,28 @@ def test_without_tensorboard_the_extra_is_named(
     assert code == 2
     err = capsys.readouterr().err
     assert "tuitrain[tensorboard]" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("out", [["--out", "-"], []])
+def test_csv_to_standard_output(run_dir: Path, tmp_path: Path, capsys, out: list[str]) -> None:
+    """`--out -` and no --out: the same CSV as the file, on stdout; the note on stderr."""
+    import io
+
+    assert main([str(run_dir), "--format", "csv", "--out", str(tmp_path / "f.csv")]) == 0
+    capsys.readouterr()
+    from tuitrain.cli import main as cli_main  # the command line's own entry, in-process
+
+    assert cli_main(["export", str(run_dir), "--format", "csv", *out]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == (tmp_path / "f.csv").read_text()
+    frame = pd.read_csv(io.StringIO(captured.out))
+    assert len(frame) == len(records(run_dir, "train")) + len(records(run_dir, "eval"))
+    assert frame["time"].notna().all()  # every row says when
+    assert "rows written to standard output" in captured.err
+    assert not (Path.cwd() / "-").exists()
+
+
+def test_tensorboard_to_standard_output_is_refused(run_dir: Path, capsys) -> None:
+    assert main([str(run_dir), "--format", "tensorboard"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out FOLDER" in err

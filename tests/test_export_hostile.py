@@ -71,7 +71,7 @@ def test_links_and_the_run_dir_itself_are_refused(run_dir: Path, tmp_path: Path,
 
 def test_a_new_file_inside_the_run_dir_is_fine(run_dir: Path) -> None:
     assert export_main([str(run_dir), "--format", "csv", "--out", str(run_dir / "m.csv")]) == 0
-    assert (run_dir / "m.csv").read_text().startswith("type,step,")
+    assert (run_dir / "m.csv").read_text().startswith("type,time,step,")
 
 
 def test_a_failed_export_leaves_no_half_written_file(tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
 """`tuitrain export RUN_DIR --format csv|tensorboard --out PATH`: a run's records for the tools
 people already use (pandas and spreadsheets, TensorBoard). Reads metrics.jsonl only; the run
-is never touched. TensorBoard needs the `tensorboard` package (`pip install
-'tuitrain[tensorboard]'`); without it, one sentence and exit 2.
+is never touched. The CSV goes to standard output with `--out -` or without `--out` (a pipe
+into pandas, `column`, `head`); TensorBoard's event files need a folder. TensorBoard needs
+the `tensorboard` package (`pip install 'tuitrain[tensorboard]'`); without it, one sentence
+and exit 2.
 
 `tuitrain.engine.tensorboard.TensorBoardSink` writes the same scalars during a run when the
 preset asks for it (`run.tensorboard = true`: event files in RUN_DIR/tensorboard).
@@ -57,7 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", metavar="RUN_DIR", help="a run dir, or its metrics.jsonl")
     p.add_argument("--format", choices=["csv", "tensorboard"], required=True)
     p.add_argument(
-        "--out", required=True, help="the CSV file, or the folder for TensorBoard's event files"
+        "--out",
+        default="-",
+        help="the CSV file (- or none: standard output), or the folder for TensorBoard's "
+        "event files",
     )
     return p
 
@@ -233,6 +238,24 @@ def write_csv(records: Iterable[Record], out: Path, undeclared: Sequence[str] = 
     return rows
 
 
+def print_csv(records: Iterable[Record], undeclared: Sequence[str] = ()) -> int:
+    """The rows on standard output as they are read (a closed pipe, `| head`, ends it
+    quietly)."""
+    rows = 0
+    columns = [CSV_COLUMNS]
+    writer = None
+    for row in csv_rows(records, columns, undeclared):
+        if writer is None:
+            writer = csv.DictWriter(sys.stdout, fieldnames=columns[0], lineterminator="\n")
+            writer.writeheader()
+        writer.writerow(row)
+        rows += 1
+    if writer is None:
+        csv.DictWriter(sys.stdout, fieldnames=columns[0], lineterminator="\n").writeheader()
+    sys.stdout.flush()
+    return rows
+
+
 def write_tensorboard(records: Iterable[Record], folder: Path) -> int:
     writer = summary_writer(folder)
     count = 0
@@ -270,6 +293,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         metrics = metrics_file(args.run)
         reading = Reading(metrics)
+        if args.out == "-":
+            if args.format != "csv":
+                raise ExportError(
+                    "--format tensorboard writes event files into a folder; pass --out FOLDER."
+                )
+            count = print_csv(reading, scan_undeclared(metrics))
+            for note in reading.notes:
+                print(f"tuitrain export: {note}", file=sys.stderr)
+            print(f"tuitrain export: {count} rows written to standard output", file=sys.stderr)
+            return 0
         out = Path(args.out).expanduser()
         refuse_run_files(out, metrics)
         if args.format == "csv":
@@ -283,6 +316,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             count = write_tensorboard(reading, out)
             what = f"{count} scalars (tensorboard --logdir {out})"
         notes = reading.notes
+    except BrokenPipeError:  # `tuitrain export RUN | head`: the reader has enough
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as exc:
         print(f"tuitrain export: error: cannot write ({exc.strerror or exc}).", file=sys.stderr)
         return EXIT_USAGE
