@@ -124,6 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = run_headless(script, args.on_alert)
     else:
         code = run_dashboard(script, args.on_alert)
+        from tuitrain.metrics.ending import print_ending
+
+        print_ending(run_dir, "tuitrain run")  # the dashboard is gone: what happened, what next
     for note in script.notes:
         with contextlib.suppress(OSError, ValueError):
             print(f"tuitrain run: {note}", file=sys.stderr, flush=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from tuitrain.core.errors import EXIT_USAGE, OneLineParser, UserError, usable_path
 from tuitrain.core.safefile import NotRegular, kind_of, open_regular
-from tuitrain.metrics.runfile import has_run_files, metrics_path
+from tuitrain.metrics.runfile import METRICS_NAME, has_run_files, metrics_path
 
 MAX_POLL_S = 3600.0  # --poll: seconds between file checks, above 0 and at most this
 FORCE_EXIT_S = 5.0  # a viewer asked to stop (signal, server gone) still here then is ended
@@ -230,9 +230,14 @@ def watch_one(path: Path, poll_s: float) -> int:
         app.title = f"tuitrain watch {path}"
         app.watched_path = path  # a run that goes silent without an end record is flagged
         app.force_exit_s = FORCE_EXIT_S  # this process ends with the viewer
-        return exit_code(app.run(), app.return_code)
+        code = exit_code(app.run(), app.return_code)
     finally:
         follower.stop()
+    if path.name == METRICS_NAME:  # the viewer is gone: what the run did, what next
+        from tuitrain.metrics.ending import print_ending
+
+        print_ending(path.parent, "tuitrain watch")
+    return code
 
 
 def compare(paths: Sequence[Path], poll_s: float) -> int:

@@ -64,8 +64,10 @@ __all__ = [
     "parse_line",
     "parse_lines",
     "quiet_seconds",
+    "output_tail",
     "read_records",
     "read_tail",
+    "run_end",
     "run_status",
     "run_target",
     "silent_after_s",
@@ -440,6 +442,40 @@ def summarize_run(run_dir: Path) -> RunSummary | None:
         duration_s=float(duration) if duration is not None else None,
         started=started,
     )
+
+
+def run_end(run_dir: Path) -> dict[str, Any] | None:
+    """The end record of a run (its header and tail read, never the whole file), or None:
+    no end record yet, or no run there."""
+    try:
+        header, tail, _ = _head_and_tail(run_dir / METRICS_NAME)
+    except (OSError, NotRegular):
+        return None
+    if header is None:
+        return None
+    return next((r for r in reversed(tail) if r.get("type") == "end"), None)
+
+
+OUTPUT_NAME = "output.log"  # what `tuitrain run`'s script printed, whole
+OUTPUT_TAIL_BYTES = 64 * 1024
+
+
+def output_tail(run_dir: Path, max_bytes: int = OUTPUT_TAIL_BYTES) -> list[str]:
+    """The last lines of a script's output.log (at most `max_bytes` read from its end, the
+    first line cut by the read left out), decoded leniently; [] without one."""
+    fd = _open_fd(run_dir / OUTPUT_NAME)
+    if fd is None:
+        return []
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size - max_bytes)
+        data = os.pread(fd, size - start, start)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    lines = data.decode("utf-8", "replace").splitlines()
+    return lines[1:] if start > 0 and lines else lines
 
 
 def _finite(value: object) -> bool:

@@ -1,0 +1,67 @@
+"""The ending lines after a dashboard leaves the terminal: printed on stdout once the
+alternate screen is gone (`tuitrain watch` on a pseudo-terminal, quit with q)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.ui.fake_records import records
+from tuitrain.metrics.records import end_record
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+def read_until(master: int, out: bytearray, proc: subprocess.Popen, until: bytes | None,
+               seconds: float) -> None:  # fmt: skip
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and (until is None or until not in out):
+        if select.select([master], [], [], 0.1)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: everything on the pty is gone
+                return
+            if not chunk:
+                return
+            out.extend(chunk)
+        elif until is None and proc.poll() is not None:
+            return
+
+
+def test_watch_ends_with_what_happened_and_the_next_commands(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    recs = [*records("bf16", "cpu", steps=100), end_record("completed", "max_steps reached", 100)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
+    env.pop("TEXTUAL_DRIVER", None)
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuitrain", "watch", str(run)],
+        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
+    )  # fmt: skip
+    os.close(slave)
+    out = bytearray()
+    try:
+        read_until(master, out, proc, b"Throughput", 60)
+        assert b"Throughput" in out, out[-2000:]
+        os.write(master, b"q")
+        read_until(master, out, proc, None, 20)
+        code = proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    assert code == 0, bytes(out[-2000:])
+    after = bytes(out[out.rfind(b"\x1b[?1049l") :]).decode(errors="replace")  # screen gone
+    assert "tuitrain watch: run completed (max_steps reached)" in after, after
+    assert f"files: {run}" in after and f"tuitrain export {run} --format csv" in after

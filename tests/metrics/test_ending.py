@@ -1,0 +1,104 @@
+"""The lines an interactive command ends with: what happened to the run, its files, and the
+next commands, for completed, stopped and failed runs (and a failed script's output)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from tuitrain.metrics.ending import ending_lines, traceback_site
+from tuitrain.metrics.records import end_record, eval_record, header_record, train_record
+from tuitrain.metrics.sinks import JsonlSink
+
+TRAIN = dict(
+    epoch=1.0, samples=2560, loss=0.5, lr=1e-3, samples_per_s=1000.0, step_time_s=0.25,
+    data_wait_s=0.01, data_wait_frac=0.004, telemetry={}, grad_scale=None,
+    skipped_steps=None, grad_norm=None,
+)  # fmt: skip
+
+
+def write_run(run_dir: Path, status: str, reason: str, checkpoint: bool = False, **end) -> Path:
+    run_dir.mkdir(parents=True)
+    sink = JsonlSink(run_dir / "metrics.jsonl")
+    sink.write(header_record(preset="fashion-mini", time="2026-12-04T18:00:00+00:00"))
+    sink.write(train_record(step=100, **TRAIN))  # type: ignore[arg-type]
+    sink.write(eval_record(100, {"loss": 0.4, "acc": 0.8531}, epoch=1.0))
+    sink.write(eval_record(200, {"loss": 0.5, "acc": 0.8402}, epoch=2.0))
+    sink.write(end_record(status, reason, 200, elapsed_s=151.0, **end))
+    sink.close()
+    if checkpoint:
+        (run_dir / "checkpoints").mkdir()
+        (run_dir / "checkpoints" / "ckpt-step200.pt").write_bytes(b"x")
+    return run_dir
+
+
+def test_a_completed_run_says_what_happened_and_what_to_do_next(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "runs" / "a", "completed", "max_steps reached")
+    lines = ending_lines(run)
+    text = "\n".join(lines)
+    assert lines[0] == "tuitrain: run completed (max_steps reached)"
+    assert lines[1] == "  steps 200 · best val_acc 85.31% · took 2:31"  # best, not last
+    assert f"files: {run} (metrics.jsonl)" in text
+    assert f"tuitrain watch {run}" in text and f"tuitrain export {run} --format csv" in text
+    assert "--resume" not in text  # nothing to continue
+    assert f"tuitrain runs {run.parent}" in text  # no other run to compare with
+
+
+def test_a_stopped_run_with_a_checkpoint_offers_resume_and_compare(tmp_path: Path) -> None:
+    before = write_run(tmp_path / "runs" / "before", "completed", "done")
+    run = write_run(tmp_path / "runs" / "it", "stopped", "stopped by SIGINT", checkpoint=True)
+    text = "\n".join(ending_lines(run, prog="tuitrain watch"))
+    assert text.startswith("tuitrain watch: run stopped (stopped by SIGINT)")
+    assert "checkpoints/ (1)" in text
+    assert f"tuitrain --resume auto --run-dir {run}" in text
+    assert f"tuitrain watch --compare {before} {run}" in text
+
+
+def test_a_failed_engine_run_offers_resume_only_with_a_checkpoint(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "x y", "failed", "the loss became NaN at step 120")
+    lines = ending_lines(run)
+    assert lines[0] == "tuitrain: run failed (the loss became NaN at step 120)"
+    text = "\n".join(lines)
+    assert "--resume" not in text and "last output" not in text
+    assert f"tuitrain watch {shlex.quote(str(run))}" in text  # a path a shell takes whole
+
+
+OUTPUT = """\
+step 1 loss 2.3
+Traceback (most recent call last):
+  File "/home/me/train.py", line 42, in <module>
+    main()
+  File "/home/me/train.py", line 30, in main
+    loss = model(x)
+  File "/usr/lib/python3/site-packages/torch/nn/modules/module.py", line 1736, in _call_impl
+    return forward_call(*args, **kwargs)
+ValueError: shapes do not match
+"""
+
+
+def test_a_failed_script_shows_its_last_output_and_where_its_traceback_points(
+    tmp_path: Path,
+) -> None:
+    run = write_run(tmp_path / "s", "failed", "the script exited with code 1", exit_code=1)
+    (run / "output.log").write_text("noise\n" * 50 + OUTPUT)
+    lines = ending_lines(run, prog="tuitrain run")
+    text = "\n".join(lines)
+    assert lines[0] == "tuitrain run: run failed (the script exited with code 1)"
+    assert "exit code 1" in lines[1]
+    assert "    | ValueError: shapes do not match" in lines
+    assert sum(line.startswith("    | ") for line in lines) == 10
+    assert "traceback points at /home/me/train.py:30 (in main)" in text  # the script's frame
+    assert "--resume" not in text  # a script's run is not resumed by tuitrain
+
+
+def test_traceback_site_takes_the_last_traceback_and_falls_back_to_a_library() -> None:
+    assert traceback_site(["all good"]) is None
+    first = 'Traceback (most recent call last):\n  File "/a/old.py", line 1, in f\nE: x'
+    only_lib = 'Traceback (most recent call last):\n  File "<frozen runpy>", line 88, in g'
+    assert traceback_site(f"{first}\n{only_lib}".splitlines()) == "<frozen runpy>:88 (in g)"
+    assert traceback_site(OUTPUT.splitlines()) == "/home/me/train.py:30 (in main)"
+
+
+def test_no_run_is_one_line(tmp_path: Path) -> None:
+    (lines,) = [ending_lines(tmp_path / "nothing")]
+    assert len(lines) == 1 and "no run was written" in lines[0]

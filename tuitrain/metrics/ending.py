@@ -1,0 +1,191 @@
+"""What an interactive command prints when its dashboard has gone: what happened to the run
+(result, stop reason, steps, best metric, duration, where its files are) and the next
+commands that apply to it (watch, resume, export, compare). The alternate screen takes the
+dashboard with it; these lines stay in the terminal's scrollback.
+
+`ending_lines(run_dir)` reads the run through runfile (its header and tail, never the whole
+file) and returns the lines; the command prints them on stdout. A failed `tuitrain run` adds
+the script's last output lines (from output.log) and where its last traceback points (the
+script's own file and line, a library's only when no frame is the script's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from tuitrain.core.rundir import CKPT_DIR
+from tuitrain.core.text import strip_controls
+from tuitrain.metrics.format import format_duration
+from tuitrain.metrics.records import format_metric
+from tuitrain.metrics.runfile import (
+    METRICS_NAME,
+    RunSummary,
+    output_tail,
+    run_end,
+    summarize_run,
+)
+
+LAST_OUTPUT_LINES = 10  # a failed script's output shown at the end
+LINE_WIDTH = 200  # a longer output line is cut when shown (output.log keeps it whole)
+TRACEBACK = "Traceback (most recent call last):"
+FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>\S+))?')
+LIBRARY_MARKS = ("site-packages", "dist-packages", "/lib/python3", "\\lib\\python3")
+
+
+def ending_lines(run_dir: str | Path, prog: str = "tuitrain") -> list[str]:
+    """The lines that close an interactive command over the run in `run_dir`: what
+    happened, its files, and the next commands (none when the folder holds no run)."""
+    run_dir = Path(run_dir)
+    summary = summarize_run(run_dir)
+    if summary is None:
+        return [f"{prog}: no run was written in {run_dir} (no {METRICS_NAME} with a header)."]
+    end = run_end(run_dir) or {}
+    script = (run_dir / "output.log").is_file()
+    lines = [f"{prog}: {outcome(summary, end)}", f"  {figures(summary, end)}"]
+    lines.append(f"  files: {run_dir} ({', '.join(run_files(run_dir))})")
+    if script and summary.status in ("failed", "crashed"):
+        lines += failure_lines(output_tail(run_dir))
+    lines.append("  next:")
+    steps = next_commands(run_dir, summary, script)
+    width = max(len(command) for command, _ in steps)
+    lines += [f"    {command:<{width}}  # {why}" for command, why in steps]
+    return [strip_controls(line, one_line=True) for line in lines]
+
+
+def print_ending(run_dir: str | Path | None, prog: str = "tuitrain") -> None:
+    """`ending_lines` on stdout, after the dashboard has gone (nothing for no run dir; a
+    stdout nobody reads any more is no error)."""
+    if run_dir is None or os.environ.get("TEXTUAL_DRIVER"):  # served: stdout was the driver's
+        return
+    with contextlib.suppress(OSError, ValueError):
+        print("\n".join(ending_lines(run_dir, prog)), flush=True)
+
+
+def outcome(summary: RunSummary, end: dict) -> str:
+    """`run completed (max_steps reached)`, `run still running` ..."""
+    status = summary.status
+    reason = str(end.get("reason") or "").strip()
+    words = {
+        "running": "run still running (the viewer closed, the training goes on)",
+        "silent": "run silent: nothing written for a while, and no end record",
+        "crashed": "run crashed: its process is gone and it wrote no end record",
+    }
+    text = words.get(status, f"run {status}")
+    return text + (f" ({reason[:300]})" if reason and status not in words else "")
+
+
+def figures(summary: RunSummary, end: dict) -> str:
+    """`steps 1,000 · best val_acc 85.31% · took 2:31 · exit code 1`."""
+    parts = ["steps " + ("–" if summary.steps is None else f"{summary.steps:,}")]
+    if summary.best is not None and summary.best_metric:
+        best = format_metric(summary.best, summary.best_format)
+        parts.append(f"best {summary.best_metric} {best}")
+    else:
+        parts.append("no evaluation")
+    if summary.duration_s is not None:
+        parts.append(f"took {format_duration(summary.duration_s)}")
+    code = end.get("exit_code")
+    if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+        parts.append(f"exit code {code}")
+    return " · ".join(parts)
+
+
+def run_files(run_dir: Path) -> list[str]:
+    """The files a user looks for in the run dir, those that are there."""
+    names = [n for n in (METRICS_NAME, "train.log", "output.log", "config.toml")
+             if (run_dir / n).is_file()]  # fmt: skip
+    checkpoints = checkpoint_count(run_dir)
+    if checkpoints:
+        names.append(f"{CKPT_DIR}/ ({checkpoints})")
+    return names
+
+
+def checkpoint_count(run_dir: Path) -> int:
+    try:
+        return sum(1 for p in (run_dir / CKPT_DIR).iterdir() if p.suffix == ".pt")
+    except OSError:
+        return 0
+
+
+def failure_lines(output: Sequence[str]) -> list[str]:
+    """A failed script's last output lines and where its last traceback points."""
+    if not output:
+        return ["  the script printed nothing (output.log is empty)"]
+    shown = [line.rstrip() for line in output[-LAST_OUTPUT_LINES:]]
+    lines = ["  last output (output.log):"]
+    lines += [f"    | {line[:LINE_WIDTH]}{'…' if len(line) > LINE_WIDTH else ''}" for line in shown]
+    if where := traceback_site(output):
+        lines.append(f"  traceback points at {where}")
+    return lines
+
+
+def traceback_site(output: Sequence[str]) -> str | None:
+    """`path:line (in func)` of the last traceback in `output`: its innermost frame in the
+    script's own code (not site-packages or the standard library), else its innermost
+    frame; None without a traceback."""
+    starts = [i for i, line in enumerate(output) if line.strip().startswith(TRACEBACK)]
+    if not starts:
+        return None
+    frames = [m for line in output[starts[-1] :] if (m := FRAME.match(line))]
+    if not frames:
+        return None
+    own = [m for m in frames if not is_library(m["path"])]
+    frame = (own or frames)[-1]
+    where = f"{frame['path']}:{frame['line']}"
+    return where + (f" (in {frame['func']})" if frame["func"] else "")
+
+
+def is_library(path: str) -> bool:
+    return path.startswith("<") or any(mark in path for mark in LIBRARY_MARKS)
+
+
+def next_commands(run_dir: Path, summary: RunSummary, script: bool) -> list[tuple[str, str]]:
+    """(command, why) for each next step that applies to this run."""
+    here = shlex.quote(str(run_dir))
+    steps = []
+    if summary.status in ("running", "silent"):
+        steps.append((f"tuitrain watch {here}", "follow it again"))
+    else:
+        steps.append((f"tuitrain watch {here}", "its dashboard again, from its files"))
+    resumable = summary.status in ("stopped", "failed", "crashed", "silent")
+    if not script and resumable and checkpoint_count(run_dir):
+        steps.append(
+            (f"tuitrain --resume auto --run-dir {here}", "continue from its last checkpoint")
+        )
+    csv = shlex.quote(f"{run_dir.name}.csv")
+    steps.append((f"tuitrain export {here} --format csv > {csv}", "its metrics as CSV"))
+    other = sibling_run(run_dir)
+    if other is not None:
+        steps.append(
+            (
+                f"tuitrain watch --compare {shlex.quote(str(other))} {here}",
+                f"beside {other.name}, the run before it",
+            )
+        )
+    else:
+        steps.append((f"tuitrain runs {shlex.quote(str(run_dir.parent))}", "every run beside it"))
+    return steps
+
+
+def sibling_run(run_dir: Path) -> Path | None:
+    """The newest other run in the same folder (by its metrics file's time), or None."""
+    best: tuple[float, Path] | None = None
+    try:
+        children = list(run_dir.parent.iterdir())
+    except OSError:
+        return None
+    for child in children[:10_000]:
+        if child.name == run_dir.name:
+            continue
+        try:
+            mtime = (child / METRICS_NAME).stat().st_mtime
+        except OSError:
+            continue
+        if best is None or mtime > best[0]:
+            best = (mtime, child)
+    return best[1] if best is not None else None
