@@ -65,9 +65,8 @@ def layer(module: str) -> str | None:
     parts = module.split(".")
     if parts[0] != "tuitrain" or len(parts) == 1:
         return None
-    return {"__main__": "cli", "wandb": "client", "lightning": "client", "hf": "client"}.get(
-        parts[1], parts[1]
-    )
+    faces = {"wandb": "client", "trackio": "client", "lightning": "client", "hf": "client"}
+    return {"__main__": "cli", **faces}.get(parts[1], parts[1])
 
 
 def test_each_layer_imports_only_the_layers_below_it() -> None:
