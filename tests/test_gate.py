@@ -269,3 +269,55 @@ def test_the_interval_is_seeded_and_brackets_the_ratio() -> None:
     low, high = bootstrap_ratio(base, cand)
     assert (low, high) == bootstrap_ratio(base, cand)
     assert 0.75 < low < 0.8 < high < 0.85
+
+
+@pytest.mark.parametrize(
+    ("worse", "unit", "words"),
+    [(0.4, " pt", "worse by 0.4 pt"), (-0.4, " pt", "better by 0.4 pt"), (0.0, "", "no change"),
+     (-0.0123, "", "better by 0.0123")],
+)  # fmt: skip
+def test_change_words_never_carry_a_sign(worse: float, unit: str, words: str) -> None:
+    from tuitrain.commands.gate import change_words
+
+    assert change_words(worse, unit) == words
+
+
+@pytest.mark.parametrize("mode", ["max", "min"])
+@pytest.mark.parametrize("better", [True, False])
+def test_the_table_says_better_or_worse_for_both_goals(
+    tmp_path: Path, capsys, mode: str, better: bool
+) -> None:
+    """A max metric (accuracy, in points beside its %) and a min metric (a loss): the
+    candidate's change reads "better by" or "worse by", never "worse by -0.4"."""
+    header = None
+    if mode == "min":
+        header = {
+            "type": "header", "preset": "p", "config": {},
+            "task": {"name": "charlm", "primary": "val_acc", "mode": "min", "metrics": []},
+        }  # fmt: skip
+    up = 0.854 if better == (mode == "max") else 0.846
+    a = fake_run(tmp_path / "a", 1000, 0.85, seed=1, header=header)
+    b = fake_run(tmp_path / "b", 1000, up, seed=1, header=header)
+    assert main([str(a), str(b), "--max-drop", "5"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| val_acc"))
+    word = "better" if better else "worse"
+    if mode == "max":  # a share: points, and the values with their unit
+        assert f"| {word} by 0.4 pt |" in row and "| 85.00% | " in row
+        assert "worse by at most 5 pt" in row
+    else:
+        assert f"| {word} by 0.004 |" in row and "| 0.85 | " in row
+    assert "-" not in row.split("|")[4]  # no signed change
+
+
+def test_one_task_judged_by_different_primary_metrics_is_refused(tmp_path: Path, capsys) -> None:
+    def header(primary: str) -> dict:
+        task = {"name": "charlm", "primary": primary, "mode": "min", "metrics": []}
+        return {"type": "header", "preset": "p", "config": {}, "task": task}
+
+    a = fake_run(tmp_path / "a", 1000, 0.85, header=header("val_loss"))
+    b = fake_run(tmp_path / "b", 1000, 0.85, header=header("val_bpc"))
+    assert main([str(a), str(b)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "val_loss" in err and "val_bpc" in err
+    assert "different primary metrics" in err

@@ -11,15 +11,18 @@ a noisy machine pass at the default 10%.
 Quality: the primary metric the header declares (accuracy for classification; the task's
 otherwise; a script run's `val_loss`), last evaluation of each run. The candidate FAILS when it
 is worse by more than `--max-drop` in the metric's units (accuracy in points; default 0.5
-point, or the task's parity tolerance, else 1% of the baseline's value). One value per run:
+point, or the task's parity tolerance, else 1% of the baseline's value). The table says the
+change in words whose sign cannot be misread ("better by 0.4 pt", "worse by 1.2 pt"), and
+accuracy with its unit (85.3%) beside a limit in points. One value per run:
 no interval (the records hold no per-item values); say so.
 
 A verdict is never a pass by default: a check that cannot be made fails and the table says
 why (fewer than MIN_RATE_POINTS log points with samples/s after the warm-up; no evaluation of
 the primary metric, or a last evaluation that is not finite). So does a run that did not end
 cleanly: it ended failed, has no end record (crashed), or its loss became NaN or inf (a
-"run ended cleanly" row). Runs of different tasks (the header's task name or primary metric)
-are no input to compare: exit 2.
+"run ended cleanly" row). Runs of different tasks, or of one task judged by different
+primary metrics (the headers' declarations), are no input to compare: exit 2, one sentence
+naming both.
 
 The interval costs O(n log n) per run and not per resample: each run's points are sorted
 once and each resample's median is drawn from the order statistics' law (`median_draws`).
@@ -160,14 +163,30 @@ def read_run(target: str, warmup: int) -> RunFigures:
 
 
 def same_task(base: RunFigures, cand: RunFigures) -> None:
-    """UserError (exit 2) when the runs trained different tasks: nothing to compare."""
+    """UserError (exit 2) when the runs trained different tasks, or one task judged by
+    different primary metrics: nothing to compare. One sentence naming both."""
     a, b = base.task, cand.task
-    if (a["name"], base.metric_key) != (b["name"], cand.metric_key):
+    if a["name"] != b["name"]:
         raise UserError(
-            f"the runs trained different tasks (baseline {a['name']}, primary metric "
-            f"{base.metric_key}; candidate {b['name']}, primary metric {cand.metric_key}); "
-            "gate a candidate against a baseline of its own task."
+            f"the runs trained different tasks: the baseline {a['name']} (primary metric "
+            f"{base.metric_key}), the candidate {b['name']} (primary metric "
+            f"{cand.metric_key}); gate a candidate against a baseline of its own task."
         )
+    if base.metric_key != cand.metric_key:
+        raise UserError(
+            f"the runs of {a['name']} are judged by different primary metrics: the "
+            f"baseline's {base.metric_key}, the candidate's {cand.metric_key}; gate runs "
+            "whose headers declare the same primary metric."
+        )
+
+
+def change_words(worse: float, unit: str = "") -> str:
+    """A change in words whose sign cannot be misread: `worse by 0.4 pt`, `better by 0.4
+    pt`, `no change` (`worse`: how much worse the candidate is, for min and max metrics
+    alike)."""
+    if abs(worse) < 1e-12:
+        return "no change"
+    return f"{'worse' if worse > 0 else 'better'} by {abs(worse):.4g}{unit}"
 
 
 def median_draws(values: Sequence[float], rng: random.Random, count: int) -> list[float]:
@@ -277,8 +296,9 @@ def judge(base: RunFigures, cand: RunFigures, max_slowdown: float, max_drop: flo
             limit, source = 0.01 * abs(base.metric) or 0.01, "default: 1% of the baseline"
         unit = " pt" if pct else ""
         rows.append({
-            **quality, "limit": f"worse by <= {limit:g}{unit} ({source})",
-            "worse_by": worse, "verdict": "FAIL" if worse > limit + 1e-12 else "pass",
+            **quality, "limit": f"worse by at most {limit:g}{unit} ({source})",
+            "worse_by": worse, "change": change_words(worse, unit), "unit": "%" if pct else "",
+            "verdict": "FAIL" if worse > limit + 1e-12 else "pass",
         })  # fmt: skip
     status = {"what": "run ended cleanly", "baseline": base.status, "candidate": cand.status,
               "ratio": None, "interval": None,
@@ -318,7 +338,7 @@ def markdown(result: dict[str, Any], base: RunFigures, cand: RunFigures) -> str:
         "",
         f"baseline `{base.path.parent}` · candidate `{cand.path.parent}`",
         "",
-        "| what | baseline | candidate | ratio | limit | verdict |",
+        "| what | baseline | candidate | change | limit | verdict |",
         "|---|---|---|---|---|---|",
     ]
     for row in result["checks"]:
@@ -326,11 +346,16 @@ def markdown(result: dict[str, Any], base: RunFigures, cand: RunFigures) -> str:
         if row.get("interval"):
             low, high = row["interval"]
             ratio = f"{row['ratio']:.3f}x [{low:.3f}, {high:.3f}]"
-        elif row.get("worse_by") is not None:
-            ratio = f"worse by {row['worse_by']:+.4g}"
+        elif row.get("change"):
+            ratio = row["change"]  # "better by 0.4 pt": never a signed "worse by -0.4"
         limit = row.get("why") or row["limit"]  # a check that failed or was not possible: why
+        unit = row.get("unit") or ""  # accuracy in %, beside a limit in points
+        baseline, candidate = (
+            f"{v:.2f}{unit}" if unit and isinstance(v, float) else fmt(v)
+            for v in (row["baseline"], row["candidate"])
+        )
         lines.append(
-            f"| {row['what']} | {cell(fmt(row['baseline']))} | {cell(fmt(row['candidate']))} "
+            f"| {row['what']} | {cell(baseline)} | {cell(candidate)} "
             f"| {ratio} | {cell(limit)} | {row['verdict']} |"
         )
     lines += ["", f"Test: {result['test']}.", ""]
