@@ -146,6 +146,7 @@ def test_the_run_is_wandbs_shape_and_its_other_methods_never_raise(tmp_path: Pat
     artifact.add_dir(str(tmp_path))
     assert run.log_artifact(artifact, aliases=["latest"]) is artifact
     assert isinstance(run.use_artifact("model:latest").download(), str)
+    assert wandb.log_artifact(artifact) is artifact  # HF's on_save calls the module's
     assert run.save("*.pt") == []
     run.watch(object(), log="all")
     run.unwatch()
@@ -162,6 +163,8 @@ def test_the_run_is_wandbs_shape_and_its_other_methods_never_raise(tmp_path: Pat
     recs = records(run.dir)
     assert of(recs, "end")[0]["status"] == "completed"
     assert [r["level"] for r in of(recs, "event") if r.get("alert") == "script"] == ["error"]
+    said = [r for r in of(recs, "event") if "artifacts are not kept" in r["message"]]
+    assert len(said) == 1  # once, however many artifacts
 
 
 def test_media_are_left_out_with_one_warning_per_kind(tmp_path: Path) -> None:

@@ -199,6 +199,16 @@ def agent(
             finish()
 
 
+def log_artifact(artifact: Any = None, *args: Any, **kwargs: Any) -> Any:
+    """Accepted, not kept (one warning event in the run: tuitrain keeps metrics)."""
+    if _run is not None and not _run.finished:
+        return _run.log_artifact(artifact, *args, **kwargs)
+    return artifact if isinstance(artifact, Artifact) else Artifact(str(artifact or ""))
+
+
+use_artifact = log_artifact
+
+
 def sweep(*_: Any, **__: Any) -> str:
     """No sweep server: an id `agent` accepts."""
     return "tuitrain-sweep"

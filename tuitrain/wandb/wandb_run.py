@@ -15,7 +15,6 @@ import contextlib
 import io
 import math
 import operator
-import tempfile
 from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any
@@ -63,6 +62,8 @@ class Artifact:
         yield io.BytesIO() if "b" in mode else io.StringIO()
 
     def download(self, root: str | None = None, **_: Any) -> str:
+        import tempfile
+
         return root or tempfile.gettempdir()
 
     def __getattr__(self, name: str) -> Any:  # add_file, add_dir, add_reference, wait, save ...
@@ -237,6 +238,8 @@ class RunDisabled:
         self.job_type = meta.get("job_type")
         self.url: str | None = None
         self.path = f"{self.project or 'tuitrain'}/disabled"
+        import tempfile
+
         self.dir = tempfile.gettempdir()  # somewhere a script may write; no run dir
         self.config = config
         self.summary: dict[str, Any] = {}
