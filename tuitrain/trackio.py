@@ -18,6 +18,9 @@ rules); `val_accuracy` -> `val_acc` (tuitrain's accuracy), `valid_*`/`validation
 `val/*`, `train_lr`/`train_learning_rate` -> lr, `train_grad_norm` -> grad_norm,
 `train_epoch` -> epoch. A row carrying HF's `train/global_step` (and no `step`) is written at
 that step.
+
+`python -m tuitrain.trackio SCRIPT [ARGS...]` runs SCRIPT unchanged with `import trackio`
+routed here.
 """
 
 from __future__ import annotations
@@ -251,3 +254,10 @@ def __getattr__(name: str) -> Any:
     if name.startswith("_"):
         raise AttributeError(name)
     return _shared.unsupported("trackio", name)
+
+
+if __name__ == "__main__":  # python -m tuitrain.trackio SCRIPT [ARGS...]
+    import tuitrain.trackio as face
+    from tuitrain.wandb._routing import run_routed
+
+    sys.exit(run_routed("trackio", face.install, sys.argv[1:]))

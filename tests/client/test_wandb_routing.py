@@ -131,6 +131,27 @@ def test_install_and_the_routed_imports_cost_no_torch(tmp_path: Path) -> None:
     assert done.stdout.strip() == "False", done.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("face", ["wandb", "trackio"])
+def test_python_m_runs_an_unchanged_script_routed(tmp_path: Path, face: str) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        f"import sys, {face}\n"
+        f"{face}.init(project='p', config={{'lr': 0.1}})\n"
+        f"for i in range(3): {face}.log({{'train_loss': 1.0 / (i + 1)}})\n"
+        f"{face}.finish()\n"
+        "sys.exit(int(sys.argv[1]))\n"
+    )
+    env = {**os.environ, "TUITRAIN_RUN_DIR": str(tmp_path / "run")}
+    done = subprocess.run([sys.executable, "-m", f"tuitrain.{face}", str(script), "3"],
+                          capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    assert done.returncode == 3, done.stderr  # the script's own exit code
+    recs = records(tmp_path / "run")
+    assert recs[0]["preset"] == "train" and recs[0]["config"]["script"] == {"lr": 0.1}
+    assert [r["loss"] for r in of(recs, "train")] == pytest.approx([1.0, 1 / 2, 1 / 3])
+    assert of(recs, "end")[0]["status"] == "completed"  # finish() came before the exit
+
+
 # ---------------------------------------------------------------------- the wandb run's odds
 def test_the_run_is_wandbs_shape_and_its_other_methods_never_raise(tmp_path: Path) -> None:
     tuitrain.wandb.install()

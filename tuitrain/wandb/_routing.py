@@ -88,3 +88,26 @@ def _distribution(name: str, version: str) -> Any:
             return Path(path)
 
     return Routed()
+
+
+def run_routed(alias: str, install: Any, argv: list[str]) -> int:
+    """`python -m tuitrain.<alias> SCRIPT [ARGS...]`: `install()`, then SCRIPT as `__main__`
+    with ARGS as its argv (its exit code is the process's)."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print(
+            f"usage: python -m tuitrain.{alias} SCRIPT [ARGS...]: runs SCRIPT with"
+            f" `import {alias}` routed to tuitrain",
+            file=sys.stderr,
+        )
+        return 0 if argv else 2
+    import os
+    import runpy
+
+    if not os.path.isfile(argv[0]):
+        print(f"tuitrain.{alias}: no script at {argv[0]!r}", file=sys.stderr)
+        return 2
+    install()
+    sys.argv = list(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))  # as `python SCRIPT` does
+    runpy.run_path(argv[0], run_name="__main__")
+    return 0
