@@ -446,8 +446,8 @@ class Run:
             status, reason = self._outcome(exit_code)
         code = exit_code if exit_code is not None else self._known_exit_code()
         totals: dict[str, Any] = {"elapsed_s": round(time.perf_counter() - self._started, 3)}
-        if code is not None:
-            totals["exit_code"] = code
+        if code is not None or self._exit_unknown:
+            totals["exit_code"] = code  # null: a SystemExit whose code could not be read
         self.dropped_rows += self.dropped_back
         self.dropped_back = 0
         if self.dropped_rows or self.dropped_values:

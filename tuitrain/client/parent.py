@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import tuitrain
+from tuitrain.client.rundirs import read_manifest, start_manifest
 from tuitrain.core.errors import UserError
 from tuitrain.core.safefile import LinkRefused, not_regular, open_nofollow
 from tuitrain.metrics.records import end_record, event_record
@@ -224,7 +225,13 @@ def default_signals() -> None:
 class Script:
     """The child process, its output pump and the run dir's end record. Creating it claims
     the run dir (RUN_LOCK_NAME, held until `finish`), refuses special files where output.log
-    and metrics.jsonl go, then starts the command."""
+    and metrics.jsonl go, empties the run manifest, then starts the command.
+
+    The script may write several runs (a k-fold loop, a second `trainer.train()`): the first
+    in the run dir, each later one in a folder beside it that the client lists in the run
+    dir's manifest (`tuitrain.client.rundirs`). `runs()` reads it: each new folder is claimed
+    like the first (its RUN_LOCK_NAME, until `finish`), and `finish` gives each run an end
+    record (`ensure_end`; only the newest takes the exit code over an end of its own)."""
 
     def __init__(
         self, command: list[str], run_dir: Path, grace_s: float,
@@ -238,6 +245,9 @@ class Script:
         self.notes: list[str] = []  # said once the run is over (main prints them)
         self.elsewhere: str | None = None  # a metrics.jsonl the script writes instead of ours
         self.leftovers: list[str] = []
+        self._runs = [run_dir]  # the script's runs, in the order they started
+        self._run_locks: list[IO[str]] = []  # the later runs' RUN_LOCK_NAME, held
+        self._runs_lock = threading.Lock()
         self._looked = 0.0
         self._code: int | None = None
         self._finishing = threading.Lock()
@@ -252,6 +262,7 @@ class Script:
 
             refuse_if_held(run_dir)  # a hosted run or a script of its own writing there now
             refuse_special(self.metrics)
+            start_manifest(run_dir)  # the runs of this script: none yet
             self.output = open_nofollow(run_dir / "output.log", "ab", buffering=0)
         except BaseException:
             self._run_lock.close()
@@ -349,9 +360,10 @@ class Script:
         self._looked = time.monotonic()
         from tuitrain.client.proctree import files_open_named, tree_pids
 
-        ours = os.path.realpath(self.metrics)
-        others = sorted(p for p in files_open_named(tree_pids(self.proc.pid), "metrics.jsonl")
-                        if os.path.realpath(p) != ours)  # fmt: skip
+        held = files_open_named(tree_pids(self.proc.pid), "metrics.jsonl")
+        # a client lists a later run's folder before it opens its file: read after looking
+        ours = {os.path.realpath(path / "metrics.jsonl") for path in self.runs()}
+        others = sorted(p for p in held if os.path.realpath(p) not in ours)
         if not others:
             return None
         self.elsewhere = others[0]
@@ -360,6 +372,30 @@ class Script:
             "writes to a run dir of its own, so this view stays empty (tuitrain watch "
             f"{os.path.dirname(self.elsewhere)} shows that run)"
         )
+
+    def runs(self) -> list[Path]:
+        """The script's run dirs so far, the first one first (the manifest read again)."""
+        with self._runs_lock:
+            for path in read_manifest(self.run_dir):
+                if path in self._runs:
+                    continue
+                self._runs.append(path)
+                try:
+                    self._run_locks.append(claim_run_dir(path))
+                except (UserError, OSError) as exc:
+                    self.notes.append(f"{path}: {exc}")
+            return list(self._runs)
+
+    def statuses(self) -> list[tuple[Path, str]]:
+        """Each run dir with how its run ended ("running" without an end record yet)."""
+        out = []
+        for path in self.runs():
+            last, _ = last_records(path / "metrics.jsonl")
+            status = "running"
+            if last is not None and last.get("type") == "end":
+                status = f"{last.get('status')}: {str(last.get('reason') or '')[:200]}"
+            out.append((path, status))
+        return out
 
     def exit_code(self) -> int:
         code = self.proc.returncode
@@ -379,32 +415,40 @@ class Script:
             with self._out_lock:
                 self.output.close()
             try:
-                self._write_records(code)
+                runs = self.runs()
+                for path in runs:
+                    self._write_records(code, path, newest=path == runs[-1])
+                if self.leftovers:
+                    self.notes.append(leftover_message(self.leftovers, self.grace_s))
             finally:
                 self._run_lock.close()
+                for held in self._run_locks:
+                    held.close()
             self._code = code
             return code
 
-    def _write_records(self, code: int) -> None:
-        """The leftover-processes event and the end record, as the run dir's writer: skipped,
-        with a note, when another writer holds it now (the script was not its writer)."""
+    def _write_records(self, code: int, run_dir: Path, newest: bool) -> None:
+        """The leftover-processes event (the newest run) and the end record, as the run dir's
+        writer: skipped, with a note, when another writer holds it now (the script was not
+        its writer)."""
         from tuitrain.core.rundir import RunDirLock
 
+        metrics = run_dir / "metrics.jsonl"
         try:
-            lock = RunDirLock(self.run_dir)
+            lock = RunDirLock(run_dir)
         except (UserError, OSError) as exc:
-            self.notes.append(f"no end record written to {self.metrics}: {exc}")
+            self.notes.append(f"no end record written to {metrics}: {exc}")
             return
         try:
-            ensure_end(self.metrics, code, self.command, time.monotonic() - self.started,
-                       leftovers=self.leftovers, elsewhere=self.elsewhere,
-                       signalled=(self.proc.returncode or 0) < 0, grace_s=self.grace_s)  # fmt: skip
+            ensure_end(metrics, code, self.command, time.monotonic() - self.started,
+                       leftovers=self.leftovers if newest else (),
+                       elsewhere=self.elsewhere if run_dir == self.run_dir else None,
+                       signalled=(self.proc.returncode or 0) < 0, grace_s=self.grace_s,
+                       newest=newest)  # fmt: skip
         except (UserError, OSError) as exc:
-            self.notes.append(f"no end record written to {self.metrics}: {exc}")
+            self.notes.append(f"no end record written to {metrics}: {exc}")
         finally:
             lock.release()
-        if self.leftovers:
-            self.notes.append(leftover_message(self.leftovers, self.grace_s))
 
 
 def claim_run_dir(run_dir: Path) -> IO[str]:
@@ -446,14 +490,24 @@ def leftover_message(commands: Sequence[str], grace_s: float) -> str:
 def ensure_end(
     metrics: Path, code: int, command: Sequence[str], elapsed: float, *,
     leftovers: Sequence[str] = (), elsewhere: str | None = None, signalled: bool = False,
-    grace_s: float = GRACE_S,
+    grace_s: float = GRACE_S, newest: bool = True,
 ) -> None:  # fmt: skip
     """Append an end record when the script left none (and a header when it wrote nothing),
-    or a later one when it left "completed" but exited non-zero; a warning event first when
-    it left processes behind. The end record names the exit code and the last step seen."""
+    or a later one when it left "completed" but exited non-zero, or left an exit code it
+    could not read (null); a warning event first when it left processes behind. The end
+    record names the exit code and the last step seen. A run that is not the script's
+    `newest` (a k-fold loop's earlier folds) keeps an end record of its own as it is: the
+    exit code, and what was left running, are the last run's."""
     last, step = last_records(metrics)
     left_end = last is not None and last.get("type") == "end"
-    wrong = left_end and code != 0 and (last or {}).get("status") == "completed"
+    unread = (
+        left_end and newest and "exit_code" in (last or {}) and (last or {})["exit_code"] is None
+    )
+    wrong = (
+        left_end
+        and newest
+        and (unread or (code != 0 and (last or {}).get("status") == "completed"))
+    )
     if left_end and not wrong and not leftovers:
         return
     from tuitrain.metrics.records import header_record
@@ -484,13 +538,20 @@ def ensure_end(
             name = signal.Signals(code - 128).name if code - 128 in signal.valid_signals() else "?"
             status, reason = "stopped", f"the script was ended by {name} (exit code {code})"
         elif code == 0:
-            status, reason = "completed", "the script exited with code 0 without an end record"
+            status, reason = (
+                "completed",
+                "the script exited with code 0" + ("" if unread else " without an end record"),
+            )
         else:
             status, reason = "failed", f"the script exited with code {code}"
         carried: dict[str, Any] = {}  # the script's own end record: its totals, repeated
         if wrong:
             assert last is not None
-            reason += ' after writing an end record that says "completed"'
+            reason += (
+                "; its own end record could not tell the exit code"
+                if unread
+                else ' after writing an end record that says "completed"'
+            )
             carried = last
         elif last is None:
             if elsewhere:

@@ -36,7 +36,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -90,7 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def default_run_dir(name: str) -> Path:
-    return Path("runs") / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    """runs/NAME-TIMESTAMP, made now (NAME-TIMESTAMP-2 ... when two start in one second)."""
+    from tuitrain.client.rundirs import default_name, fresh_dir
+
+    return fresh_dir(default_name(name))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -130,6 +132,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for note in script.notes:
         with contextlib.suppress(OSError, ValueError):
             print(f"tuitrain run: {note}", file=sys.stderr, flush=True)
+    statuses = script.statuses()
+    if len(statuses) > 1:  # a k-fold loop, a second train(): each run, where, how it ended
+        lines = [f"tuitrain run: the script wrote {len(statuses)} runs:"]
+        lines += [f"  run {n} {path}  {status}" for n, (path, status) in enumerate(statuses, 1)]
+        with contextlib.suppress(OSError, ValueError):
+            print("\n".join(lines), file=sys.stderr, flush=True)
     return code
 
 
@@ -166,16 +174,25 @@ def run_headless(script: Script, on_alert: str | None = None) -> int:
     from tuitrain.client.proctree import TreeSampler
 
     undo = forward_signals(script)
-    tail = Tail(script.metrics)
+    tails = [Tail(script.metrics)]  # one a run: the script may write several
     tree, said = TreeSampler(script.proc.pid), time.monotonic()
     actions = AlertActions(script, on_alert, say)
     tree.sample()  # the CPU share is measured from here
 
-    def show_records() -> None:
+    def show(n: int, tail: Tail, many: bool) -> None:
         for record in tail.read():
             actions.see(record)
             if record.get("type") != "header" and (text := format_record(record)):
-                say(text)
+                say(f"run {n}: {text}" if many else text)
+
+    def show_records() -> None:
+        runs = script.runs()  # first: a run listed now has its records in its own file
+        for n, tail in enumerate(tails, 1):
+            show(n, tail, len(runs) > 1)
+        for path in runs[len(tails) :]:  # a later run of the script: a line, then its records
+            tails.append(Tail(path / "metrics.jsonl"))
+            say(f"run {len(tails)} started: {path}")
+            show(len(tails), tails[-1], True)
 
     try:
         while script.proc.poll() is None:

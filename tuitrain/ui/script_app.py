@@ -104,6 +104,7 @@ class ScriptApp(TuitrainApp):
 
         self.actions = AlertActions(script, on_alert, self.say)
         self.alerts_seen = 0
+        self.runs_seen = 1  # the script's runs this view knows of: it follows the newest
         self.ended = False
         self.title = f"tuitrain run {' '.join(script.command)}"
         self.watched_path = script.metrics
@@ -146,12 +147,38 @@ class ScriptApp(TuitrainApp):
         for line in lines:
             self.output_log.write(strip_controls(line))
 
-    def watch_script(self) -> None:
-        script = self.script
+    def follow_newest_run(self) -> None:
+        """A later run of the script (a k-fold loop's next fold, a second `train()`): the
+        view follows it, its event log saying which run started where."""
+        runs = self.script.runs()
+        if len(runs) <= self.runs_seen:
+            return
+        self.follower.poll()  # the last records of the run left behind (for its alerts)
+        self.see_alerts()
+        previous, self.runs_seen = runs[self.runs_seen - 1], len(runs)
+        newest = runs[-1]
+        self.follower.stop()
+        self.store.reset()
+        self.follower = JsonlFollower(newest / "metrics.jsonl", self.store)
+        self.watched_path = newest / "metrics.jsonl"
+        self.alerts_seen = 0
+        self.reset_view()
+        self._text_version = (-1, False)
+        self.event_log.add(None, f"run {len(runs) - 1} is behind, in {previous}")
+        self.event_log.add(None, f"run {len(runs)} started: {newest}")
+        self.follower.start()
+
+    def see_alerts(self) -> None:
+        """The client's alert events since the last look: acted on (stop, --on-alert)."""
         alerts = [e for e in self.store.snapshot().events if e.get("kind") == "alert"]
-        for event in alerts[self.alerts_seen :]:  # what the client raised since the last look
+        for event in alerts[self.alerts_seen :]:
             self.actions.see(dict(event))
         self.alerts_seen = len(alerts)
+
+    def watch_script(self) -> None:
+        script = self.script
+        self.follow_newest_run()
+        self.see_alerts()
         script.escalate()
         if self.ended or script.proc.poll() is None:
             return
