@@ -323,3 +323,19 @@ def test_the_dashboard_follows_the_newest_run(
     assert script.finish() == 0
     for d in (tmp_path / "kf", tmp_path / "kf-2", tmp_path / "kf-3"):
         assert [e["status"] for e in ends(d)] == ["completed"]
+
+
+def test_a_run_dir_named_dot_has_siblings_too(
+    in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    here = in_tmp / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)  # tuitrain run --run-dir .
+    rundirs.start_manifest(Path("."))
+    monkeypatch.setenv("TUITRAIN_RUN_DIR", ".")
+    first = client.init()
+    first.finish()
+    second = client.init()
+    second.finish()
+    assert first.dir == Path(".") and second.dir == in_tmp / "here-2"
+    assert rundirs.read_manifest(Path(".")) == [in_tmp / "here-2"]

@@ -56,6 +56,12 @@ def fresh_dir(base: Path, first: int = 1) -> Path:
     raise FileExistsError(f"no free name for a run dir beside {base}")
 
 
+def named(path: Path) -> Path:
+    """`path`, or its absolute form where it has no name of its own (`.`, `..`): the form
+    whose siblings `<name>-2` ... can be named."""
+    return path if path.name not in ("", "..") else path.resolve()
+
+
 def note_used(path: Path) -> None:
     _used.add(os.path.abspath(path))
 
@@ -85,14 +91,14 @@ def forced_dir(forced: Path) -> tuple[Path, int]:
         with _manifest_locked(forced) as f:
             f.seek(0)
             taken = sum(1 for line in f.read(MANIFEST_MAX_BYTES).splitlines() if line.strip())
-            path = forced if taken == 0 else fresh_dir(forced, first=2)
+            path = forced if taken == 0 else fresh_dir(named(forced), first=2)
             f.seek(0, os.SEEK_END)
             f.write(json.dumps({"run": taken + 1, "dir": path.name, "pid": os.getpid()}) + "\n")
             f.flush()
             return path, taken + 1
     except OSError:
         _forced_runs += 1
-        path = forced if _forced_runs == 1 else fresh_dir(forced, first=2)
+        path = forced if _forced_runs == 1 else fresh_dir(named(forced), first=2)
         return path, _forced_runs
 
 
@@ -147,6 +153,7 @@ def read_manifest(run_dir: Path) -> list[Path]:
     except (OSError, NotRegular):
         return []
     out: list[Path] = []
+    base = named(run_dir)
     for line in data.split(b"\n")[:-1]:  # whole lines only: the last may be half written
         try:
             entry = json.loads(line)
@@ -155,9 +162,9 @@ def read_manifest(run_dir: Path) -> list[Path]:
         name = entry.get("dir") if isinstance(entry, dict) else None
         if not isinstance(name, str) or not name or name in (".", "..") or "/" in name:
             continue
-        if name == run_dir.name:
+        if name == base.name:
             continue  # run 1: the parent knows it
-        path = run_dir.parent / name
+        path = base.parent / name
         if path not in out:
             out.append(path)
     return out
