@@ -15,6 +15,14 @@ writes one naming the exit code and the last step the records reached; a script 
 non-zero after an end record saying "completed" gets a later end record saying it failed
 (readers take the last one).
 
+A script may write several runs (a k-fold loop, `init` after `finish`, a second HF
+`train()`): the first writes the run dir, each later one a fresh `RUN_DIR-2`, `-3` ...
+beside it, listed in RUN_DIR/.tuitrain-runs.jsonl (`tuitrain.client.rundirs`). The dashboard
+follows the newest (its event log says which run started where), `--no-ui` prints a line
+when one starts and labels the records `run N:`, the last lines list every run dir with how
+it ended, and each gets its own end record (a run the script finished keeps its own; the
+exit code goes to the newest, and to any run the script left open).
+
 The run dir is `tuitrain run`'s while it lives: it holds RUN_DIR/.tuitrain-run.lock (a second
 `tuitrain run` there is refused, even before the script takes the writer lock), opens
 output.log without following a link, and refuses a link, FIFO, device, socket or directory
