@@ -157,3 +157,144 @@ def filled_store(precision: str = "fp16", device: str = "cuda", steps: int = 400
     for rec in records(precision, device, steps):
         sink.write(rec)
     return store
+
+
+# --------------------------------------------------------------------------- other runs
+CHARLM_TASK = {
+    "name": "charlm", "primary": "val_loss", "mode": "min", "tolerance": None, "tokens": True,
+    "metrics": [
+        {"name": "val_loss", "split": "val", "goal": "min", "format": "float",
+         "unit": "nats/char"},
+        {"name": "val_bpc", "split": "val", "goal": "min", "format": "float",
+         "unit": "bits/char"},
+    ],
+}  # fmt: skip
+SAMPLE_TEXT = "ROMEO:\nWhat say'st thou, friar?\n\nJULIET:\nGood night, good night."
+
+
+def charlm_records(steps: int = 120) -> list[dict]:
+    """A charlm-mini run on a CPU: tokens/s, a val loss in nats/char every 40 steps, a
+    sample text with line breaks after each evaluation."""
+    out: list[dict[str, Any]] = [
+        header_record(
+            preset="charlm-mini",
+            config={
+                "model": {"name": "gpt", "layers": 4, "heads": 4, "width": 128},
+                "data": {"name": "shakespeare", "loader": "device", "batch_size": 32},
+                "optim": {
+                    "name": "adamw",
+                    "lr": 3e-3,
+                    "schedule": "cosine",
+                    "warmup_steps": 100,
+                    "grad_accum": 1,
+                },
+                "train": {"epochs": 6, "log_every": 5},
+            },  # fmt: skip
+            device="cpu",
+            device_name="CPU (AVX512, 2 threads)",
+            precision="fp32",
+            tf32=False,
+            compile=False,
+            world_size=1,
+            torch="2.14.1",
+            tuitrain="0.1.0",
+            python="3.11.7",
+            time="2026-01-01T00:00:00+00:00",
+            data="Shakespeare, nine plays shipped with tuitrain",
+            params=818304,
+            global_batch=32,
+            steps_per_epoch=242,
+            total_steps=150,
+            run_dir="runs/charlm",
+            task=CHARLM_TASK,
+        )  # fmt: skip
+    ]
+    for step in range(5, steps + 1, 5):
+        out.append(
+            train_record(
+                step=step,
+                epoch=step / 242,
+                samples=step * 32,
+                loss=1.6 + 2.6 * math.exp(-step / 40) + 0.03 * math.sin(step),
+                lr=3e-3 * min(1.0, step / 100),
+                samples_per_s=13.3 + 0.1 * math.sin(step),
+                step_time_s=2.4,
+                data_wait_s=0.001,
+                data_wait_frac=0.0004,
+                telemetry={"host_rss_bytes": 893 * (1 << 20)},
+                grad_scale=None,
+                skipped_steps=None,
+                grad_norm=0.9 + math.exp(-step / 30),
+                tokens_per_s=1701.0 + 10 * math.sin(step),
+            )  # fmt: skip
+        )
+        if step % 40 == 0:
+            loss = 1.7 + 2.4 * math.exp(-step / 40)
+            out.append(eval_record(step, {"loss": loss, "bpc": loss / math.log(2)},
+                                   epoch=step / 242))  # fmt: skip
+            out.append(event_record(f"sample at step {step}: {SAMPLE_TEXT!r}", kind="sample",
+                                    text=SAMPLE_TEXT))  # fmt: skip
+    return out
+
+
+def script_records(steps: int = 200, end: bool = True) -> list[dict]:
+    """A wandb-style script's run as tuitrain's client writes it: no engine fields, its own
+    keys (one of them 6e-11 small), an eval every 50 steps, a summary at the end."""
+    from tuitrain.metrics.records import end_record, script_train_record
+
+    out: list[dict[str, Any]] = [
+        header_record(
+            preset="toy-script",
+            config={
+                "script": {"lr": 0.05, "batch": 32, "model": "mlp"},
+                "meta": {"project": "demo"},
+            },  # fmt: skip
+            device="cpu",
+            device_name="x86_64",
+            precision=None,
+            compile=None,
+            world_size=1,
+            torch=None,
+            tuitrain="0.1.0",
+            python="3.11.7",
+            time="2026-01-01T00:00:00+00:00",
+            run_dir="runs/toy-script",
+            hostname="box",
+            argv=["train.py"],
+            client=True,
+            task={
+                "name": "script",
+                "primary": None,
+                "mode": "min",
+                "tolerance": None,
+                "tokens": False,
+                "metrics": [],
+            },
+        )  # fmt: skip
+    ]
+    for step in range(steps):
+        loss = 2.0 * math.exp(-step / 50) + 0.1 + 0.02 * math.sin(step)
+        values = {
+            "loss": loss, "lr": 0.05 * (1 - step / steps), "grad_norm": 1 + math.exp(-step / 30),
+            "train/acc": 1 - loss / 2.2, "tiny": 6e-11 * (1 + step / 100),
+        }  # fmt: skip
+        rec = script_train_record(step, values, 0.0102 if step else None)
+        if step % 20 == 19:
+            rec["host_rss_bytes"] = 23 * (1 << 20) + step * 4096
+        out.append(rec)
+        if step % 50 == 49:
+            out.append(eval_record(step, {"loss": loss * 1.1, "acc": 1 - loss / 2.0}))
+    if end:
+        last = out[-2] if out[-1].get("type") == "eval" else out[-1]
+        summary = {"train/loss": last["loss"], "tiny": last["tiny"], "best_acc": 0.93}
+        out.append(end_record("completed", "finished", steps - 1, summary=summary))
+    return out
+
+
+def store_of(recs: list[dict]) -> MetricStore:
+    """A store fed `recs` through the UI's own sink."""
+    store = MetricStore()
+    sink = TimelineStoreSink(store)
+    for rec in recs:
+        sink.write(rec)
+    return store

@@ -14,18 +14,16 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING
 
-from textual.widgets import RichLog
-
 from tuitrain.client.proctree import TreeSampler
 from tuitrain.core.text import strip_controls
 from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.app import TuitrainApp
+from tuitrain.ui.widgets.output import MAX_OUTPUT_LINES, OutputLog
 
 if TYPE_CHECKING:
     from tuitrain.client.parent import Script
 
-MAX_OUTPUT_LINES = 2000
 QUEUE_MAX = MAX_OUTPUT_LINES  # more lines than the pane keeps would never be seen
 DRAIN_MAX = 250  # lines written to the pane per tick (5 ticks a second) ...
 DRAIN_CHARS = 64_000  # ... and characters (Textual wraps ~1 µs a character: ~60 ms a tick)
@@ -68,27 +66,10 @@ class LineQueue:
         return skipped, lines[len(lines) - keep :]
 
 
-class OutputLog(RichLog):
-    """The script's own output, as text (never markup), newest at the bottom."""
-
-    DEFAULT_CSS = """
-    OutputLog {
-        height: 1fr;
-        min-height: 5;
-        border: round $secondary-muted;
-        border-title-color: $text-secondary;
-        background: $background;
-    }
-    """
-
-    def __init__(self) -> None:
-        super().__init__(id="output", wrap=True, markup=False, highlight=False,
-                         max_lines=MAX_OUTPUT_LINES)  # fmt: skip
-        self.border_title = "Output"
-
-
 class ScriptApp(TuitrainApp):
     """TuitrainApp in watch mode over a child script's run, with its output."""
+
+    hosts_script = True  # a script's panels (config, summary) before its header comes
 
     def __init__(self, script: Script, on_alert: str | None = None) -> None:
         store = MetricStore()
@@ -114,6 +95,7 @@ class ScriptApp(TuitrainApp):
         super().on_mount()
         self.output_log = OutputLog()
         self.mount(self.output_log, before=self.footer)
+        self.screen.add_class("-has-output")  # the compact layout leaves it room
         self.follower.start()
         self.set_interval(0.2, self.drain)
         self.set_interval(0.5, self.watch_script)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuitrain.metrics.format import DASH, eta_seconds
+from tuitrain.metrics.format import DASH, eta_seconds, format_value
 from tuitrain.metrics.records import Record, straggler
 
 # the silence rule is runfile's, shared with `tuitrain runs` (re-exported for the UI)
@@ -39,17 +39,26 @@ PLOT_INTERVAL_S = 1.0  # charts at 1 Hz
 
 # ------------------------------------------------------------------------------ numbers
 def format_rate(value: float | None) -> str:
-    """Samples per second with thousands separators, or a dash."""
+    """A rate (samples, tokens or steps per second): thousands separators from 100, three
+    significant digits below (``13.2``, ``0.0333``: a slow run's steps/s is not ``0.0``)."""
     if value is None or not math.isfinite(value):
         return DASH
-    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def format_seconds(value: float | None) -> str:
-    """A step time: ``0.0612`` -> ``"61.2 ms"``, ``1.5`` -> ``"1.50 s"``."""
-    if value is None or not math.isfinite(value):
+    """A step time: ``0.0612`` -> ``"61.2 ms"``, ``1.5`` -> ``"1.50 s"``, ``2e-5`` ->
+    ``"20.0 µs"``; a dash where none was measured (None, not finite, zero or less: a
+    script that logs twice in the same instant measured nothing, it did not take 0 ms)."""
+    if value is None or not math.isfinite(value) or value <= 0:
         return DASH
-    return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.2f} s"
+    if value >= 1:
+        return f"{value:.2f} s"
+    if value >= 1e-3:
+        return f"{value * 1000:.1f} ms"
+    if value >= 1e-6:
+        return f"{value * 1e6:.1f} µs"
+    return f"{format_value(value)} s"
 
 
 def finite(values: Sequence[float]) -> list[float]:
@@ -311,6 +320,24 @@ class Frame:
     silent_s: float | None = None  # watch mode: how long a run without an end wrote nothing
     dead: bool = False  # watch mode: no end record, and no process holds the run's lock
     ui_cpu_frac: float | None = None  # live: the UI thread's CPU time per wall second
+    live_step: int | None = None  # live: the last step the engine finished (Control.step)
+    live_step_s: float | None = None  # live: seconds a step, from how live_step advances
+
+
+class StepClock:
+    """Seconds a step from the engine's step counter as the UI sees it advance: a sign of
+    life before the first log point (a slow first interval is not a hang)."""
+
+    def __init__(self) -> None:
+        self._first: tuple[float, int] | None = None
+
+    def seconds_per_step(self, step: int, now: float | None = None) -> float | None:
+        now = time.monotonic() if now is None else now
+        if self._first is None or step < self._first[1]:  # the first look, or a new run
+            self._first = (now, step)
+            return None
+        t0, s0 = self._first
+        return (now - t0) / (step - s0) if step > s0 else None
 
 
 # ------------------------------------------------------------------------------ DDP ranks

@@ -7,7 +7,6 @@ happened; only records not yet shown are written (the log is append-only).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from rich.console import RenderableType
@@ -17,15 +16,18 @@ from rich.text import Text
 from textual.widgets import RichLog
 
 from tuitrain.core.text import strip_controls
-from tuitrain.metrics.format import format_number, metric_formats, precision_label
-from tuitrain.metrics.records import Record, eval_metric_items, format_metric
+from tuitrain.metrics.format import precision_label
+from tuitrain.metrics.records import Record, eval_metric_items
 from tuitrain.metrics.sinks import SEQ_KEY, STEP_KEY
 from tuitrain.metrics.store import Snapshot
-from tuitrain.ui.view import Frame, as_number
+from tuitrain.ui.panels import declared_metrics, eval_label, metric_spec, metric_text, metric_unit
+from tuitrain.ui.view import Frame
 
 LEVEL_MARK = {"info": ("·", "foreground-darken-1"), "warning": ("▲", "warning")}
 LEVEL_MARK["error"] = ("✖", "error")
 LEVEL_MARK["traceback"] = (" ", "foreground-darken-2")
+LEVEL_MARK["sample"] = ("│", "secondary")
+MAX_SAMPLE_LINES = 40
 MAX_BURST = 200  # more new records at once (watch opening a long run): the newest only
 
 
@@ -50,20 +52,20 @@ def ordered_records(snap: Snapshot) -> list[Record]:
 
 
 def eval_line(rec: Record, header: Record | None = None) -> str:
-    """The validation loss, then each validation metric the record holds, formatted as the
-    header declares it (a classifier's val_acc as a percentage)."""
-    loss = as_number(rec.get("val_loss"))
-    formats = metric_formats(header)
-    loss_text = f"val_loss {loss:.4f}" if loss is not None else "val_loss —"
-    acc_text = ""
+    """Where the evaluation happened (``epoch 2 done``, ``eval at step 50``), the validation
+    loss with its declared unit, then each validation metric the record holds, formatted as
+    the header declares it (a classifier's val_acc as a percentage)."""
+    declared = declared_metrics(header)
+    parts: list[str] = []
     for name, value in eval_metric_items(rec):  # the task's validation metrics
-        if name != "val_loss" and value is not None:
-            acc_text += f" · {name} {format_metric(value, formats.get(name, 'float'))}"
-    epoch = as_number(rec.get("epoch"))
-    if epoch is not None and math.isfinite(epoch) and not float(epoch).is_integer():
-        # train.eval_every: an evaluation mid-epoch
-        return f"step {format_number(rec.get('step'))}: {loss_text}{acc_text}"
-    return f"epoch {format_number(rec.get('epoch'))} done: {loss_text}{acc_text}"
+        if value is None and name != "val_loss":
+            continue
+        spec = metric_spec(name, declared)
+        text = f"{name} {metric_text(value, spec)}{metric_unit(spec) if value is not None else ''}"
+        parts.insert(0, text) if name == "val_loss" else parts.append(text)
+    if not any(p.startswith("val_loss ") for p in parts):
+        parts.insert(0, "val_loss —")
+    return f"{eval_label(rec)}: {' · '.join(parts)}"
 
 
 class EventLog(RichLog):
@@ -148,6 +150,13 @@ class EventLog(RichLog):
             self.add(step, eval_line(rec, self._header))
             return
         level = str(rec.get("level") or "info")
+        text = rec.get("text")
+        if rec.get("kind") == "sample" and isinstance(text, str):  # a language model's text
+            head = str(rec.get("message") or "sample").partition(":")[0]
+            self.add(step, f"{head}:", level)
+            for sample_line in text.splitlines()[:MAX_SAMPLE_LINES]:
+                self.add(None, sample_line or " ", "sample")
+            return
         traceback = rec.get("traceback")
         if traceback:
             for tb_line in str(traceback).rstrip().splitlines():

@@ -11,7 +11,9 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from rich.cells import cell_len
-from textual.app import ComposeResult
+from rich.style import Style as RichStyle
+from rich.text import Text
+from textual.app import ComposeResult, RenderResult
 from textual.containers import Vertical
 from textual.content import Content
 from textual.dom import DOMNode
@@ -20,8 +22,11 @@ from textual.widgets import Sparkline, Static
 
 from tuitrain.core.text import strip_controls
 from tuitrain.metrics.store import Series, Snapshot
+from tuitrain.ui.panels import spark_bars
 from tuitrain.ui.view import Frame
 from tuitrain.ui.widgets.chart import Line, MetricChart
+
+MIN_CHART_ROWS = 6  # fewer: plotext draws axes with one or two rows of data between them
 
 
 def esc(value: object) -> str:
@@ -87,6 +92,17 @@ def unwrapped_height(summary: Static, width: int) -> int:
     return summary.get_content_height(no_size, no_size, width)
 
 
+class ScaledSparkline(Sparkline):
+    """A one-line sparkline whose range is at least a tenth of its values' magnitude
+    (`tuitrain.ui.panels.spark_range`): Textual's own scales min..max, so a 1% wobble of the
+    throughput filled the whole height."""
+
+    def render(self) -> RenderResult:
+        bars = spark_bars(list(self.data or ()), self.size.width)
+        color = self.app.theme_variables.get("primary")
+        return Text(bars, style=RichStyle(color=color) if color else "")
+
+
 class Panel(Vertical):
     """A bordered panel; subclasses say what the summary reads and which lines to plot."""
 
@@ -105,7 +121,7 @@ class Panel(Vertical):
         # Kept as references: the timers use them without querying the DOM.
         self.summary_text = Static("", classes="summary")
         self.chart = MetricChart(classes="chart")
-        self.spark = Sparkline([], classes="spark")
+        self.spark = ScaledSparkline([], classes="spark")
 
     def compose(self) -> ComposeResult:
         yield self.summary_text
@@ -148,10 +164,18 @@ class Panel(Vertical):
         update_summary(self.summary_text, text)
         self.set_class(not self.has_chart(frame.snap), "-no-chart")
 
+    def fit_chart(self) -> None:
+        """A sparkline instead of the chart where the chart would get fewer than
+        MIN_CHART_ROWS rows (bare axes, `0` above `500`): the panel's height less its
+        summary's, which does not depend on which of the two is shown."""
+        rows = self.content_region.height - self.summary_text.outer_size.height
+        self.set_class(0 < rows < MIN_CHART_ROWS, "-tiny")
+
     def refresh_plot(self, snap: Snapshot) -> None:
         """Redraw when a drawn series, the size or the theme changed (not on every record)."""
         if not self.HAS_CHART or not self.has_chart(snap):
             return
+        self.fit_chart()
         # The store hands out the same Series object until that series changes; a new header
         # (a new run) redraws too.
         data = (snap.header, *(snap.series.get(name) for name in self.SERIES))
