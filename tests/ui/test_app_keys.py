@@ -17,21 +17,29 @@ from tuitrain.metrics.store import MetricStore
 from tuitrain.ui import app as app_module
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.screens.help import HelpScreen
-from tuitrain.ui.screens.parity import ParityScreen
 from tuitrain.ui.screens.profile import ProfileScreen
-from tuitrain.ui.session import NEEDS_ENGINE
 from tuitrain.ui.widgets.chart import MetricChart
 
 pytestmark = pytest.mark.timeout(120)
 
 
-async def test_help_lists_every_binding() -> None:
-    app = TuitrainApp(store=filled_store())
+def idle_dashboard(monkeypatch: pytest.MonkeyPatch) -> TuitrainApp:
+    """The dashboard over a host whose run is never started (its keys, not its run)."""
+    monkeypatch.setattr(TuitrainApp, "launch", lambda self, host: None)
+    cfg = load_preset("fashion-mini", ["train.device=cpu"])
+    return TuitrainApp(host=RunHost(cfg, MetricStore()))
+
+
+async def test_help_lists_every_binding(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = idle_dashboard(monkeypatch)
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         text = text_of(app.screen.query_one("#help-keys"))
         for binding in Binding.make_bindings(TuitrainApp.BINDINGS):
+            if binding.action in ("stop_run", "back_to_runs"):  # a viewer's keys only
+                assert binding.tooltip not in text
+                continue
             assert binding.description in text and binding.tooltip in text
             assert app.get_key_display(binding) in text
         await pilot.press("escape")
@@ -43,34 +51,52 @@ async def test_help_lists_every_binding() -> None:
             assert not isinstance(app.screen, HelpScreen)
 
 
-async def test_parity_key_opens_its_screen() -> None:
-    """Watching records only (no preset): `c` says the check needs one; tests/ui/
-    test_parity_screen.py runs the real check."""
+async def test_a_viewer_offers_only_the_keys_that_act() -> None:
+    """Watching records (no host, no control channel): the engine's keys are neither shown
+    (footer, help, palette) nor obeyed; q closes the viewer at once."""
     app = TuitrainApp(store=filled_store())
     messages = record_notifications(app)
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.press("c")
-        assert not isinstance(app.screen, ParityScreen)
-        assert any("needs a preset" in m for m in messages)
-
-
-async def test_engine_keys_without_an_engine_say_so() -> None:
-    app = TuitrainApp(store=filled_store())
-    messages = record_notifications(app)
-    async with app.run_test(size=(120, 36)) as pilot:
-        for key in ("space", "s", "f", "p"):
+        await pilot.pause()
+        footer = {b.action for _, b, enabled, _ in app.screen.active_bindings.values()
+                  if enabled and b.show}  # fmt: skip
+        assert "toggle_log_y" in footer and "quit" in footer
+        for hidden in ("pick_preset", "parity", "toggle_pause", "checkpoint", "profile"):
+            assert hidden not in footer, hidden
+        for key in ("space", "s", "f", "p", "c", "m", "x"):
             await pilot.press(key)
-        assert len(messages) == 4 and all("only watching" in m for m in messages)
-        await pilot.press("q")  # nothing to stop: exits at once
+        assert messages == [] and app.screen is app.screen_stack[0]
+        await pilot.press("question_mark")
+        text = text_of(app.screen.query_one("#help-keys"))
+        assert "Log y" in text and "Close this viewer" in text
+        assert "Preset" not in text and "Checkpoint" not in text and "Pause" not in text
+        await pilot.press("escape")
+        titles = [cmd.title for cmd in app.get_system_commands(app.screen)]
+        assert any(t.startswith("Log y") for t in titles)
+        assert not any(t.startswith(("Preset", "Checkpoint", "Pause")) for t in titles), titles
+        badge = app.query_one("#viewing", Static)
+        assert text_of(badge) == "VIEWING" and badge.region.y == 0
+        assert badge.region.right == 120
+        await pilot.press("q")  # a viewer: closes at once, no question
     assert app.return_value == 0
 
 
-async def test_command_palette_lists_the_actions() -> None:
+async def test_ctrl_c_quits_a_viewer_without_a_markup_toast() -> None:
     app = TuitrainApp(store=filled_store())
+    messages = record_notifications(app)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: not app.is_running, what="the exit")
+    assert app.return_value == 0 and not any("[b]" in m for m in messages)
+
+
+async def test_command_palette_lists_the_actions(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = idle_dashboard(monkeypatch)
     async with app.run_test(size=(120, 36)):
         titles = [cmd.title for cmd in app.get_system_commands(app.screen)]
     for wanted in ("Preset (p)", "Parity (c)", "Pause", "Checkpoint (s)", "Profile (f)", "Help"):
         assert any(t.startswith(wanted) for t in titles), (wanted, titles)
+    assert not any(t.startswith("Stop run") for t in titles)
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 36), (160, 48), (200, 60)])
@@ -140,7 +166,7 @@ async def test_checkpoint_and_profile_keys(
         table = text_of(app.screen.query_one("#profile-table"))
         assert "Name" in table and "CPU" in table
         await pilot.press("escape")
-        await pilot.press("q")
+        await pilot.press("q", "q")
         await wait_for(pilot, lambda: not app.is_running, what="the exit")
 
 
@@ -148,12 +174,12 @@ async def test_memory_key_on_cpu_says_why_it_does_nothing(
     ui_overrides: Callable[..., list[str]],
 ) -> None:
     """m on a CPU run: one line saying the snapshot records the CUDA allocator; no request
-    reaches the engine. Without an engine: the usual line."""
+    reaches the engine. A viewer does not offer the key."""
     idle = TuitrainApp(store=filled_store())
     said = record_notifications(idle)
     async with idle.run_test(size=(120, 36)) as pilot:
         await pilot.press("m")
-        assert said[-1] == NEEDS_ENGINE
+        assert said == []
     app = TuitrainApp(host=RunHost(load_preset("fashion-mini", ui_overrides()), MetricStore()))
     messages = record_notifications(app)
     async with app.run_test(size=(120, 36)) as pilot:
@@ -162,7 +188,7 @@ async def test_memory_key_on_cpu_says_why_it_does_nothing(
         await pilot.press("m")
         assert messages[-1] == MEMORY_ON_CPU
         assert not app.memory_wanted and app.host.control.take_memory_snapshot_request() == 0
-        await pilot.press("q")
+        await pilot.press("q", "q")
         await wait_for(pilot, lambda: not app.is_running, what="the exit")
 
 

@@ -14,6 +14,7 @@ from textual.widgets import OptionList, Static
 
 from tests.ui.pilot_tools import text_of, wait_for
 from tuitrain.core.config import load_preset
+from tuitrain.core.errors import EXIT_STOPPED
 from tuitrain.engine.precision import make_precision
 from tuitrain.host.run import RunHost
 from tuitrain.host.signals import SIGNAL_NAMES
@@ -21,6 +22,7 @@ from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.app import TEXT_INTERVAL_S, TuitrainApp
 from tuitrain.ui.screens.help import HelpScreen
 from tuitrain.ui.screens.presets import PresetScreen
+from tuitrain.ui.screens.quit import QuitScreen
 from tuitrain.ui.widgets.banner import Banner
 from tuitrain.ui.widgets.status import StatusBar
 
@@ -87,21 +89,25 @@ async def test_space_pauses_and_resumes(ui_overrides: Callable[..., list[str]]) 
         assert "PAUSED" in text_of(app.query_one(StatusBar))
         await pilot.press("space")
         await wait_for(pilot, lambda: latest_step(app) > paused_at + 2, what="steps after resume")
-        await pilot.press("q")
+        await pilot.press("q", "q")
         await wait_for(pilot, lambda: not app.is_running, what="the exit")
     assert app.host is not None and app.host.join(10)
 
 
 async def test_quit_ends_the_engine_thread(ui_overrides: Callable[..., list[str]]) -> None:
+    """q asks first (the run goes on meanwhile); q again stops and saves: exit code 4."""
     app = make_app(ui_overrides(epochs=40))
     async with app.run_test(size=(120, 36)) as pilot:
         host = app.host
         assert host is not None
         await wait_for(pilot, lambda: latest_step(app) >= 2, what="step 2")
         await pilot.press("q")
+        assert isinstance(app.screen, QuitScreen) and host.alive
+        assert not host.control.stop_requested, "the question stops nothing by itself"
+        await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running, what="the exit after the engine ended")
     assert not host.thread.is_alive() or host.join(2)
-    assert app.return_value == 0
+    assert app.return_value == EXIT_STOPPED == 4
     end = end_record(host.run_dir)
     assert end["type"] == "end" and end["status"] == "stopped"
     assert end["reason"] == "quit from the UI"
@@ -113,7 +119,7 @@ async def test_second_q_forces_exit(ui_overrides: Callable[..., list[str]]) -> N
         host = app.host
         assert host is not None
         await wait_for(pilot, lambda: host.control.state == "running", what="the first step")
-        await pilot.press("q")
+        await pilot.press("q", "q")
         banner = app.query_one(Banner)
         assert banner.display and "stopping" in text_of(banner) and "q again" in text_of(banner)
         started = time.monotonic()
@@ -162,7 +168,7 @@ async def test_preset_switch_restarts(
         assert (second_dir / "config.toml").is_file()
         await wait_for(pilot, lambda: "tiny-fp32" in text_of(app.query_one(StatusBar)))
         await wait_for(pilot, lambda: "no GradScaler with fp32" in summary(app, "scaler"))
-        await pilot.press("q")
+        await pilot.press("q", "q")
         await wait_for(pilot, lambda: not app.is_running, what="the exit")
     assert end_record(first.run_dir)["status"] == "stopped"
     assert "switch" in end_record(first.run_dir)["reason"]
@@ -219,6 +225,6 @@ async def test_after_a_failure_another_preset_starts(
         await wait_for(pilot, lambda: app.host is not first, what="the new run")
         await wait_for(pilot, lambda: latest_step(app) >= 2, what="the new run training")
         assert not banner.display, "the failure banner is gone with the failed run"
-        await pilot.press("q")
+        await pilot.press("q", "q")
         await wait_for(pilot, lambda: not app.is_running, what="the exit")
-    assert app.return_value == 0
+    assert app.return_value == EXIT_STOPPED

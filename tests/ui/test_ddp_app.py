@@ -23,6 +23,7 @@ from textual.widgets import Static
 from tests.ui.conftest import TINY_UI
 from tests.ui.pilot_tools import record_notifications, text_of, wait_for
 from tuitrain.core.config import load_preset
+from tuitrain.core.errors import EXIT_STOPPED
 from tuitrain.engine import distributed as ddp
 from tuitrain.host.run import RunHost
 from tuitrain.metrics.store import MetricStore
@@ -129,9 +130,9 @@ async def test_rank0_ui_switches_and_stops_both_ranks(
                 timeout=90,
                 what="the new run's first record from both ranks",
             )
-            await pilot.press("q")
+            await pilot.press("q", "q")  # q asks first over a live run; q again stops
             await wait_for(pilot, lambda: not app.is_running, timeout=60, what="the exit")
-        assert app.return_value == 0
+        assert app.return_value == EXIT_STOPPED
         _, err = rank1.communicate(timeout=60)
         assert rank1.returncode == 0, err[-2000:]
     finally:

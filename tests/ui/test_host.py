@@ -11,6 +11,7 @@ import pytest
 
 from tests.ui.pilot_tools import engine_threads, wait_for
 from tuitrain.core.config import load_preset
+from tuitrain.core.errors import EXIT_STOPPED
 from tuitrain.core.rundir import sibling_run_dir
 from tuitrain.host.run import RunHost
 from tuitrain.metrics.records import event_record
@@ -80,7 +81,7 @@ def test_run_app_leaves_no_engine_thread(
     async def quit_after_a_few_steps(pilot) -> None:  # noqa: ANN001 - textual's Pilot
         app = pilot.app
         await wait_for(pilot, lambda: (app.store.snapshot().latest or {}).get("step", 0) >= 2)
-        await pilot.press("q")
+        await pilot.press("q", "q")  # q asks first; q again stops and saves
 
     def headless_run(self: app_module.TuitrainApp) -> int | None:
         return real_run(self, headless=True, size=(120, 36), auto_pilot=quit_after_a_few_steps)
@@ -88,5 +89,5 @@ def test_run_app_leaves_no_engine_thread(
     monkeypatch.setattr(app_module.TuitrainApp, "run", headless_run)
     overrides = ui_overrides(epochs=40)
     code = app_module.run_app(load_preset("fashion-mini", overrides), overrides)
-    assert code == 0
+    assert code == EXIT_STOPPED  # stopped from the UI
     assert not engine_threads()

@@ -104,7 +104,7 @@ async def test_c_pauses_the_run_shows_a_verdict_and_resumes(
         assert not isinstance(app.screen, ParityScreen)
         assert not host.control.paused
         await wait_for(pilot, lambda: latest_step(app) > paused_at, what="steps after resume")
-        await pilot.press("q")
+        await pilot.press("q", "q")  # q asks first over a live run; q again stops
         await wait_for(pilot, lambda: not app.is_running, what="the exit")
     assert host.join(10) and not parity_threads()
 

@@ -126,7 +126,7 @@ async def test_p_switches_a_live_dashboard_from_the_cnn_to_the_language_model(
         await pilot.pause(TEXT_INTERVAL_S + 0.1)
         assert "bpc " in loss_summary(app)
         assert any(e.get("kind") == "sample" for e in app.store.snapshot().events)
-        await pilot.press("q")
+        await pilot.press("q", "q")  # q asks first over a live run; q again stops
         await wait_for(pilot, lambda: not app.is_running, what="the exit")
 
 
@@ -143,5 +143,5 @@ async def test_shift_c_opens_the_parity_check_with_a_control(tmp_path: Path) -> 
         assert "control" in text_of(screen.query_one("#parity-note"))
         await pilot.press("escape")  # cancels the check: the screen closes once it stopped
         await wait_for(pilot, lambda: not isinstance(app.screen, ParityScreen), 60, "closed")
-        await pilot.press("q")
+        await pilot.press("q", "q")  # q asks first over a live run; q again stops
         await wait_for(pilot, lambda: not app.is_running, what="the exit")

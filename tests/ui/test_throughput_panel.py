@@ -77,5 +77,5 @@ async def test_a_live_run_shows_its_flop_rate_and_the_ui_threads_share(
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for(pilot, shown, what="TFLOP/s and the UI share in the panel")
         assert "MFU —" in text and "monitor " in text and "syncs/step" in text
-        await pilot.press("q")
+        await pilot.press("q", "q")  # q asks first over a live run; q again stops
         await wait_for(pilot, lambda: app.host is not None and not app.host.alive, what="stop")

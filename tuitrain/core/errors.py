@@ -11,6 +11,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_PARITY_FAIL = 3
+EXIT_STOPPED = 4  # stopped from a tuitrain UI: q in the dashboard, or a viewer's stop
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 EXIT_SIGHUP = 129

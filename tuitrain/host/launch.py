@@ -144,7 +144,7 @@ def run_headless(cfg: Config, resume: dict[str, Any] | None = None) -> int:
         if early and info.world_size == 1:  # nothing started yet: nothing to save
             print(f"tuitrain: stopped by {early[0]} before training started.", file=sys.stderr)
             return early[1]
-        host = RunHost(cfg, dist=info, resume=resume, outputs=headless_outputs)
+        host = RunHost(cfg, dist=info, resume=resume, outputs=headless_outputs, steerable=True)
         result = run_inline(host)
         if result.traceback and result.is_bug:
             print(result.traceback, file=sys.stderr)  # the log has it too

@@ -128,6 +128,27 @@ class _Failover(Sink):
             late.close()
 
 
+class _Serialized(Sink):
+    """The run's sink, shared by the engine thread and the control channel's listener:
+    one write at a time (the engine's writes are at log points: the lock is uncontended)."""
+
+    def __init__(self, inner: Sink) -> None:
+        self.inner = inner
+        self._lock = threading.Lock()
+
+    def write(self, record: Record) -> None:
+        with self._lock:
+            self.inner.write(record)
+
+    def flush(self) -> None:
+        with self._lock:
+            self.inner.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self.inner.close()
+
+
 class Leader:
     """Rank 0 of a torchrun job, speaking for the other ranks (see `serve_rank`)."""
 
@@ -185,6 +206,7 @@ class RunHost:
         log_name: str = "train.log",
         outputs: Outputs = log_outputs,
         engine: Engine = train_engine,
+        steerable: bool = False,
     ) -> None:
         self.cfg = cfg
         self.dist = dist if dist is not None and dist.world_size > 1 else None
@@ -207,6 +229,7 @@ class RunHost:
         self.ui_failure: str | None = None  # "Type: message" once the dashboard failed
         self.ui_traceback: Path | None = None  # where its traceback was saved
         self.late_sinks: list[Sink] = []  # sinks added while the run goes (headless lines)
+        self.steerable = steerable  # listen on RUN_DIR/control/ for tuitrain watch's requests
 
     @property
     def is_main(self) -> bool:
@@ -272,11 +295,19 @@ class RunHost:
             sink: Sink = _Failover(FanOutSink(*sinks), self)
             if self.notes:
                 sink = _NotesAfterFirst(sink, self.notes)
+            sink = _Serialized(sink)
+            listener = None
+            if self.is_main and self.steerable:  # tuitrain watch may steer it (host.steer)
+                from tuitrain.host.steer import Listener
+
+                listener = Listener(run_dir, self.control, sink.write)
             try:
                 result = self.engine(self, sink)
                 if getattr(result, "traceback", ""):
                     write_quietly(log, result.traceback)  # the log keeps every traceback
             finally:
+                if listener is not None:
+                    listener.close()
                 sink.close()
             self.result = result
             if self.leader is not None:

@@ -5,18 +5,24 @@
 when the data changed) and hears about the run's end through a posted `RunEnded` message.
 Built with `host=None` it only watches the store it is given (snapshot tests, `watch`).
 
-Exit codes of `run_app`: 0 when the last run completed or was stopped from the UI; the run's
-own exit code (1, or 2 for a preset/data error) when the last run failed and the user quit.
+Exit codes of `run_app`: 0 when the last run completed; 4 (EXIT_STOPPED) when it was stopped
+from the UI (q, then q or enter in the question it asks); the run's own exit code (1, or 2
+for a preset/data error) when the last run failed and the user quit; after `d` (detach),
+the run's own code once it ended headless.
+
+Built without a host the app is a viewer (`tuitrain.ui.viewing`): a VIEWING badge, only the
+keys that act on what it shows, `q` closes it at once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,18 +42,17 @@ from tuitrain.host.run import RunHost
 from tuitrain.host.stdio import native_stderr_to, say
 from tuitrain.metrics.format import format_duration
 from tuitrain.metrics.store import MetricStore
-from tuitrain.ui.panels import is_script_run, panel_ids
 from tuitrain.ui.screens.help import HelpScreen
 from tuitrain.ui.screens.metrics import MetricsScreen
 from tuitrain.ui.screens.parity import NO_PRESET, ParityScreen
 from tuitrain.ui.screens.presets import PresetScreen
 from tuitrain.ui.screens.profile import ProfileScreen
+from tuitrain.ui.screens.quit import QuitScreen
 from tuitrain.ui.session import NEEDS_ENGINE, RunEnded, SessionApp
 from tuitrain.ui.view import (
     PLOT_INTERVAL_S,
     TEXT_INTERVAL_S,
     Frame,
-    StepClock,
     ThreadCpuShare,
     failure,
     latest_alert,
@@ -55,17 +60,22 @@ from tuitrain.ui.view import (
     silence,
     writer_dead,
 )
+from tuitrain.ui.viewing import (
+    ENGINE_ACTIONS,
+    STEER_ACTIONS,
+    ChannelError,
+    Steering,
+    ViewingBadge,
+    paused_by_records,
+)
 from tuitrain.ui.widgets.banner import Banner, alert_text, failure_text
 from tuitrain.ui.widgets.datawait import DataWaitPanel
 from tuitrain.ui.widgets.events import EventLog
 from tuitrain.ui.widgets.loss import LossPanel
 from tuitrain.ui.widgets.memory import MemoryPanel
-from tuitrain.ui.widgets.metrics_panel import MetricsPanel
-from tuitrain.ui.widgets.output import OUTPUT_LOG, OutputLog, OutputTail
 from tuitrain.ui.widgets.overview import OverviewPanel
 from tuitrain.ui.widgets.panel import Panel, compact_layout, esc
 from tuitrain.ui.widgets.scaler import ScalerPanel
-from tuitrain.ui.widgets.script_panels import ConfigPanel, SummaryPanel
 from tuitrain.ui.widgets.status import StatusBar
 from tuitrain.ui.widgets.throughput import ThroughputPanel
 
@@ -76,17 +86,14 @@ PROFILE_STEPS = 20
 MEMORY_STEPS = 5  # m: steps of CUDA allocator history (each alloc/free with its stack)
 JOIN_TIMEOUT_S = 30.0  # after the app exits, how long run_app waits for the engine thread
 UI_TRACEBACK = "ui-traceback.txt"  # where a failed dashboard's traceback is kept
-QUIT_TIP = "Stop at a step boundary, finish writing, exit (press again: exit now)"
+QUIT_TIP = "Asks: stop and save (q again), detach (training goes on here), or cancel"
+VIEWER_QUIT_TIP = "Close this viewer; the run is left alone"
 
 __all__ = ["RunEnded", "TuitrainApp", "run_app"]
 
 
 class TuitrainApp(SessionApp):
     """Status, six panels and an event log over a MetricStore; keys steer the hosted run."""
-
-    hosts_script: bool = False  # ScriptApp: a script's run, whatever its header says yet
-    _shown_ids: tuple[str, ...] = ()  # the panels shown (show_panels)
-    step_clock: StepClock  # live: seconds a step before the first log point
 
     CSS_PATH = "app.tcss"
     TITLE = "tuitrain"
@@ -130,8 +137,12 @@ class TuitrainApp(SessionApp):
         Binding("question_mark", "help", "Help", tooltip="This list of keys"),
         Binding("h,f1", "help", "Help", show=False, tooltip="This list of keys"),
         Binding("ctrl+p", "command_palette", "Commands", show=False, tooltip="Command palette"),
+        Binding("x", "stop_run", "Stop run", tooltip="Stop the watched run and save (asks first)"),
+        Binding("escape", "back_to_runs", "Back", tooltip="Back to the runs table"),
         Binding("q", "quit", "Quit", tooltip=QUIT_TIP),
         Binding("ctrl+q", "quit", "Quit", show=False, priority=True, tooltip=QUIT_TIP),
+        # not a priority: a focused input copies with ctrl+c, text selected on screen too
+        Binding("ctrl+c", "quit", "Quit", show=False, tooltip=QUIT_TIP),
     ]
 
     def __init__(
@@ -150,22 +161,21 @@ class TuitrainApp(SessionApp):
         self.watched_path: Path | None = None  # watch mode: the followed metrics.jsonl
         self.ui_cpu = ThreadCpuShare()  # the UI thread's own CPU share, shown on live runs
         self._dead = False  # watch mode: the run's writer is gone without an end record
+        self.steering: Steering | None = None  # watch mode: a live hosted run's control channel
+        self.back_to: str | None = None  # opened from `tuitrain runs`: escape goes back
         self._dead_checked = -math.inf
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
         yield Banner(id="banner")
-        with Grid(id="panels"):  # all of them; `show_panels` shows the six the run gets
+        with Grid(id="panels"):
             yield LossPanel(id="loss")
             yield ThroughputPanel(id="throughput")
             yield MemoryPanel(id="memory")
             yield ScalerPanel(id="scaler")
-            yield MetricsPanel(id="metrics")
             yield DataWaitPanel(id="datawait")
             yield OverviewPanel(id="overview")
-            yield ConfigPanel(id="config")
-            yield SummaryPanel(id="summary")
         yield EventLog(id="events")
         yield self.footer
 
@@ -174,52 +184,87 @@ class TuitrainApp(SessionApp):
         self.status_bar = self.query_one(StatusBar)
         self.banner = self.query_one(Banner)
         self.event_log = self.query_one(EventLog)
-        self.step_clock = StepClock()
-        self.all_panels: list[Panel] = list(self.query(Panel))
-        self.panels: list[Panel] = []  # the ones shown (show_panels)
-        self.show_panels(self.store.snapshot().header)
-        if self.host is None and not self.hosts_script:
-            self.follow_output_log()
+        self.panels: list[Panel] = list(self.query(Panel))
         self.set_interval(TEXT_INTERVAL_S, self.poll_text)
         self.set_interval(PLOT_INTERVAL_S, self.poll_plots)
         if self.host is not None:
             self.install_signal_handlers()
             if self.host.thread is None:
                 self.launch(self.host)
+        else:
+            self.start_viewing()
         if not in_terminal_foreground():
             self.set_interval(1.0, self.check_terminal_size)
         self.call_after_refresh(self.poll_all)
 
-    def show_panels(self, header: Mapping[str, Any] | None) -> None:
-        """Show the panels this run gets (a script's: no scaler, data wait or model size;
-        its config and summary instead), hide the rest (hidden ones are not refreshed)."""
-        wanted = panel_ids(header, script=self.hosts_script)
-        if wanted == self._shown_ids:
-            return
-        self._shown_ids = wanted
-        for panel in self.all_panels:
-            panel.display = panel.id in wanted
-            if panel.display:
-                panel.reset()
-        self.panels = [p for p in self.all_panels if p.display]
-        self.screen.set_class(self.hosts_script or is_script_run(header), "-script")
+    # -- a viewer (no host): its badge and its remote ---------------------------------------
+    @property
+    def viewing(self) -> bool:
+        """True for a viewer: the app watches records and hosts nothing (`ScriptApp` hosts a
+        script: it may say True once the script has ended)."""
+        return self.host is None and not getattr(self, "hosts_script", False)
 
-    def follow_output_log(self) -> None:
-        """`watch` over a run dir that `tuitrain run` made: its output.log's tail, followed."""
-        path = self.watched_path
-        log_path = path.parent / OUTPUT_LOG if path is not None else None
-        if log_path is None or not log_path.is_file():
-            return
-        self.output_log = OutputLog()
-        self.mount(self.output_log, before=self.footer)
-        self.screen.add_class("-has-output")
-        self.output_tail = OutputTail(log_path)
-        self.set_interval(TEXT_INTERVAL_S, self.poll_output)
-        self.call_after_refresh(self.poll_output)
+    def start_viewing(self) -> None:
+        """The VIEWING badge; the control channel of the watched run's dir, when it has one."""
+        if self.watched_path is not None and self.steering is None:
+            self.steering = Steering(self.watched_path.parent)
+        self.badge = ViewingBadge("VIEWING", id="viewing")
+        self.badge.display = self.viewing
+        self.screen.mount(self.badge)
+        self.check_steering(force=True)
 
-    def poll_output(self) -> None:
-        for line in self.output_tail.read():
-            self.output_log.write(line)
+    def check_steering(self, force: bool = False) -> None:
+        """Offer the steering keys while the watched run listens, and only then."""
+        if not hasattr(self, "badge"):
+            return
+        if self.badge.display != self.viewing:
+            self.badge.display = self.viewing
+            self.refresh_bindings()
+        steering = self.steering
+        if steering is None or not steering.check(self.store.snapshot(), force):
+            if force:
+                self.badge.set_text(steering is not None and steering.ready)
+                self.badge.place(self.size.width)
+            return
+        self.badge.set_text(steering.ready)
+        self.badge.place(self.size.width)
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A viewer offers (footer, help, palette) and obeys only the keys that act."""
+        if action == "back_to_runs":
+            return self.back_to is not None
+        if self.host is not None:
+            return action != "stop_run"  # q asks first on the dashboard
+        if action in ENGINE_ACTIONS:  # no engine in this process: a viewer, a script's run
+            return False
+        if action in STEER_ACTIONS:
+            return self.steering is not None and self.steering.ready
+        return True
+
+    def offered(self) -> list[Binding]:
+        """The bindings that act now, in BINDINGS' order (help and the palette list them)."""
+        offered = []
+        for binding in Binding.make_bindings(self.BINDINGS):
+            if self.check_action(binding.action.split("(")[0], ()) is False:
+                continue
+            if binding.action == "quit" and self.viewing:
+                binding = dataclasses.replace(binding, tooltip=VIEWER_QUIT_TIP)
+            offered.append(binding)
+        return offered
+
+    def steer(self, command: str, done: str, **fields: object) -> bool:
+        """Send `command` to the watched run; say so (or why not)."""
+        if self.steering is None or not self.steering.ready:
+            self.notify(NEEDS_ENGINE, severity="warning")
+            return False
+        try:
+            self.steering.send(command, **fields)
+        except ChannelError as exc:
+            self.notify(str(exc), title="cannot steer the run", severity="error", timeout=8)
+            return False
+        self.notify(done, timeout=3)
+        return True
 
     def check_terminal_size(self) -> None:
         """Under torchrun this rank runs in its own session: the terminal's SIGWINCH goes to
@@ -236,6 +281,8 @@ class TuitrainApp(SessionApp):
         footer = self.footer
         footer.compact = event.size.width < 100
         footer.show_command_palette = event.size.width >= 100
+        if hasattr(self, "badge"):
+            self.badge.place(event.size.width)
 
     def reset_view(self) -> None:
         for panel in self.panels:
@@ -259,7 +306,8 @@ class TuitrainApp(SessionApp):
                 self._dead_checked = now
                 self._dead = writer_dead(snap, path, quiet)
             dead = self._dead and snap.end is None
-            return Frame(snap, silent_s=None if dead else silence(snap, quiet), dead=dead)
+            state = "paused" if paused_by_records(snap) else None  # display_state's otherwise
+            return Frame(snap, state, silent_s=None if dead else silence(snap, quiet), dead=dead)
         ctl = host.control
         elapsed = None
         if snap.end is not None and snap.end.get("elapsed_s") is not None:
@@ -275,8 +323,6 @@ class TuitrainApp(SessionApp):
             self.host_memory,
             elapsed,
             ui_cpu_frac=self.ui_cpu.share(),
-            live_step=ctl.step,
-            live_step_s=self.step_clock.seconds_per_step(ctl.step),
         )
 
     def poll_all(self) -> None:
@@ -287,6 +333,7 @@ class TuitrainApp(SessionApp):
         if not self.status_bar.is_attached:
             return  # a tick that lands while the app closes: its screen is already gone
         self.ui_cpu.sample()
+        self.check_steering()
         frame = self.frame()
         self.status_bar.refresh_text(frame, stopping=self.pending is not None)
         self.refresh_banner(frame)
@@ -296,7 +343,6 @@ class TuitrainApp(SessionApp):
         if (frame.snap.version, compact) == self._text_version:
             return
         self._text_version = (frame.snap.version, compact)
-        self.show_panels(frame.snap.header)
         for panel in self.panels:
             panel.refresh_text(frame)
         self.event_log.refresh_text(frame)
@@ -371,6 +417,11 @@ class TuitrainApp(SessionApp):
                 warned = event.get("level") == "warning"
                 level: SeverityLevel = "warning" if warned else "information"
                 self.notify(str(event.get("message", "")), severity=level, timeout=8)
+            elif kind == "control" and self.steering is not None:
+                if self.steering.sent.pop(str(event.get("request")), None) is not None:
+                    accepted = event.get("accepted") is not False
+                    level = "information" if accepted else "warning"
+                    self.notify(str(event.get("message", "")), severity=level, timeout=5)
             elif kind in ("checkpoint", "checkpoint_failed") and self.checkpoint_wanted:
                 self.checkpoint_wanted = False
                 severity: SeverityLevel = "information" if kind == "checkpoint" else "error"
@@ -392,11 +443,52 @@ class TuitrainApp(SessionApp):
 
     # -- actions ---------------------------------------------------------------------------
     async def action_quit(self) -> None:
-        self.request_quit()
+        """A live run: ask first (stop and save, detach, cancel); q in the question stops.
+        Nothing running, a viewer, or a stop already under way: leave at once."""
+        if isinstance(self.screen, QuitScreen):  # ctrl+q in the question: as q there
+            self.screen.dismiss("stop")
+            return
+        host = self.host
+        if host is None or not host.alive or self.pending == "quit":
+            self.request_quit()
+            return
+        run_dir = host.run_dir or host.requested_run_dir
+        self.push_screen(QuitScreen(str(run_dir) if run_dir else None), self.on_quit_answer)
+
+    def on_quit_answer(self, choice: str | None) -> None:
+        if choice == "stop":
+            self.request_quit()
+        elif choice == "detach":
+            self.detach()
+
+    def action_back_to_runs(self) -> None:
+        """Opened from `tuitrain runs`: escape closes the view, the table comes back."""
+        if self.back_to is not None:
+            self.exit(0)
+
+    def action_stop_run(self) -> None:
+        """A viewer: stop the watched run (asks first); its host saves and ends it."""
+        if self.steering is None or not self.steering.ready:
+            self.notify(NEEDS_ENGINE, severity="warning")
+            return
+        run_dir = str(self.steering.run_dir)
+
+        def answered(choice: str | None) -> None:
+            if choice == "stop":
+                self.steer("stop", "stop sent: the run saves and ends at a step boundary")
+
+        what = "Stop the run this viewer watches? Its own process saves and ends it."
+        self.push_screen(QuitScreen(run_dir, detach=False, what=what), answered)
 
     def action_toggle_pause(self) -> None:
         if isinstance(self.screen, ParityScreen):
             self.notify("the run stays paused during the parity check; escape closes it")
+            return
+        if self.host is None:
+            if paused_by_records(self.store.snapshot()):
+                self.steer("resume", "resume sent to the run")
+            else:
+                self.steer("pause", "pause sent: the run pauses at its next step boundary")
             return
         host = self.live_host()
         if host is None or self.pending:
@@ -406,6 +498,10 @@ class TuitrainApp(SessionApp):
         self.poll_text()
 
     def action_checkpoint(self) -> None:
+        if self.host is None:
+            if self.steer("checkpoint", "checkpoint requested: saved after the current step"):
+                self.checkpoint_wanted = True
+            return
         host = self.live_host()
         if host is None:
             return
@@ -414,6 +510,11 @@ class TuitrainApp(SessionApp):
         self.notify("checkpoint requested: it is saved after the current step", timeout=3)
 
     def action_profile(self) -> None:
+        if self.host is None:
+            done = f"profiling the next {PROFILE_STEPS} steps; the table opens when done"
+            if self.steer("profile", done, steps=PROFILE_STEPS):
+                self.profile_wanted = True
+            return
         host = self.live_host()
         if host is None:
             return
@@ -434,7 +535,7 @@ class TuitrainApp(SessionApp):
         self.notify(f"recording CUDA memory for the next {MEMORY_STEPS} steps", timeout=3)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.BINDINGS))
+        self.push_screen(HelpScreen(self.offered()))
 
     def action_toggle_log_y(self) -> None:
         for panel in self.panels:
@@ -479,7 +580,7 @@ class TuitrainApp(SessionApp):
         """The command palette lists every key's action, from BINDINGS."""
         yield from super().get_system_commands(screen)
         seen: set[str] = set()
-        for binding in Binding.make_bindings(self.BINDINGS):
+        for binding in self.offered():
             if binding.action in seen or binding.action == "command_palette":
                 continue
             seen.add(binding.action)
@@ -545,8 +646,15 @@ def carry_on_headless(host: RunHost, error: BaseException) -> int:
     return EXIT_FAILED
 
 
-def run_app(cfg: Config, overrides: Sequence[str], dist: DistInfo | None = None) -> int:
-    """Run the dashboard over `cfg` until the user quits; no engine thread outlives it.
+def run_app(
+    cfg: Config,
+    overrides: Sequence[str],
+    dist: DistInfo | None = None,
+    resume: dict[str, Any] | None = None,
+) -> int:
+    """Run the dashboard over `cfg` (resuming `resume`, a checkpoint's state, when given)
+    until the user quits; no engine thread outlives it, unless the user detached (`d`):
+    then the run goes on here headless to its end.
 
     Native stderr (torch's C++ warnings, profiler logs) goes to the first run dir's
     native-stderr.log while the app draws, so it cannot scribble over the screen. Under
@@ -554,7 +662,7 @@ def run_app(cfg: Config, overrides: Sequence[str], dist: DistInfo | None = None)
     other ranks what to do next (see `RunHost`).
     """
     run_dir = prepare_run_dir(cfg)
-    host = RunHost(cfg, MetricStore(), run_dir=run_dir, dist=dist)
+    host = RunHost(cfg, MetricStore(), run_dir=run_dir, dist=dist, resume=resume, steerable=True)
     code: int | None = None
     with native_stderr_to(run_dir / "native-stderr.log"):
         app = TuitrainApp(host=host, overrides=overrides)
@@ -562,11 +670,13 @@ def run_app(cfg: Config, overrides: Sequence[str], dist: DistInfo | None = None)
             code = app.run()
         finally:
             last = app.host or host
-            if app.ui_failure is None:
+            if app.ui_failure is None and not app.detached:
                 last.request_stop("quit from the UI")
                 last.join(0.5)
     if app.ui_failure is not None:
         return carry_on_headless(last, app.ui_failure)
+    if app.detached and last.alive:
+        return carry_on_detached(last)
     if last.alive:
         say(
             f"tuitrain: waiting up to {JOIN_TIMEOUT_S:.0f} s for the engine to finish its step "
@@ -582,3 +692,39 @@ def run_app(cfg: Config, overrides: Sequence[str], dist: DistInfo | None = None)
     if last.run_dir is not None:
         say(f"tuitrain: run dir {last.run_dir}")
     return code if isinstance(code, int) else app.exit_code()
+
+
+def carry_on_detached(host: RunHost) -> int:
+    """`d` in the quit question: the dashboard is gone, the run trains on in this process
+    with line logs on stdout until its end; `tuitrain watch RUN_DIR` shows it again (and
+    steers it). Ctrl-C stops it at a step boundary and saves (130). The run's exit code."""
+    from tuitrain.host.signals import stop_run_on_signals
+    from tuitrain.metrics.sinks import ConsoleSink
+
+    lines = ConsoleSink()
+    header = host.store.snapshot().header if host.store is not None else None
+    if header is not None:
+        lines.write(header)  # its declarations: how the lines read, step N/total
+    host.late_sinks.append(lines)
+    paused = host.control.paused
+    host.control.resume()  # nothing here could unpause it; tuitrain watch can pause again
+    run_dir = host.run_dir or host.requested_run_dir or "RUN_DIR"
+    say(
+        f"tuitrain: dashboard closed; the run goes on here{' (resumed)' if paused else ''} "
+        f"with line logs. tuitrain watch {run_dir} shows it again; Ctrl-C stops it at a "
+        "step boundary and saves"
+    )
+    restore = stop_run_on_signals(host.control)
+    try:
+        while not host.join(0.5):
+            pass
+    finally:
+        restore()
+    if host.run_dir is not None:
+        say(f"tuitrain: run dir {host.run_dir}")
+    result = host.result
+    if result is not None and result.status in ("failed", "stopped"):
+        return int(result.exit_code or EXIT_FAILED)
+    if host.control.exit_code is not None:
+        return host.control.exit_code
+    return 0

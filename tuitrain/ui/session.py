@@ -15,7 +15,7 @@ from typing import Any
 from textual.message import Message
 
 from tuitrain.core.config import Config, load_preset
-from tuitrain.core.errors import UserError
+from tuitrain.core.errors import EXIT_STOPPED, UserError
 from tuitrain.core.rundir import sibling_run_dir
 from tuitrain.host.run import RunHost
 from tuitrain.metrics.records import event_record
@@ -56,6 +56,7 @@ class SessionApp(StoppingApp):
         self.overrides = list(overrides)
         self.host_memory = host_memory_bytes() if host is not None else None
         self.pending: str | None = None  # "quit" or "switch" while the engine stops
+        self.detached = False  # d in the quit question: the run goes on after the app
         self.pending_cfg: Config | None = None
         self.ui_failure: BaseException | None = None  # an exception that ended the app
 
@@ -128,7 +129,8 @@ class SessionApp(StoppingApp):
         self.store.reset()
         self.reset_view()
         dist = previous.dist if previous is not None else None
-        self.launch(RunHost(cfg, self.store, run_dir=run_dir, notes=notes, dist=dist))
+        host = RunHost(cfg, self.store, run_dir=run_dir, notes=notes, dist=dist, steerable=True)
+        self.launch(host)
         self.notify(f"started preset {cfg.name}", timeout=3)
         self.refresh_view()
 
@@ -157,21 +159,39 @@ class SessionApp(StoppingApp):
             self.start_preset(cfg, previous=host)
 
     def request_quit(self) -> None:
-        """First call: stop at a step boundary and exit when the engine ended; then: exit now."""
+        """First call: stop at a step boundary (exit code EXIT_STOPPED) and exit when the
+        engine ended; then: exit now. The dashboard asks first (`TuitrainApp.action_quit`)."""
         host = self.host
         if self.pending == "quit" or host is None or not host.alive:
             self.exit(self.exit_code())
             return
         self.pending = "quit"
-        host.request_stop("quit from the UI")
+        host.control.request_stop("quit from the UI", exit_code=EXIT_STOPPED)
         self.refresh_view()
 
+    def detach(self) -> None:
+        """Close the app and leave the run training (run_app carries it on headless)."""
+        host = self.host
+        if host is None or not host.alive or self.pending == "quit":
+            self.request_quit()
+            return
+        self.detached = True
+        self.exit(0)
+
     def exit_code(self) -> int:
-        """0 unless the last run failed (its own code) or a signal stopped the app."""
+        """0 when the last run completed (or none ran); the run's own code when it failed or
+        was stopped (EXIT_STOPPED from q, a signal's code); a signal's code for the app."""
         if self.signal_exit_code is not None:
             return self.signal_exit_code
-        result = self.host.result if self.host is not None else None
-        return result.exit_code if result is not None and result.status == "failed" else 0
+        host = self.host
+        if host is None:
+            return 0
+        result = host.result
+        if result is not None:
+            return int(result.exit_code or 0) if result.status in ("failed", "stopped") else 0
+        if host.control.stop_requested and host.control.exit_code is not None:
+            return host.control.exit_code  # left before the engine ended (q q)
+        return 0
 
     def live_host(self) -> RunHost | None:
         """The running host, or None after telling the user why the key does nothing."""
@@ -205,5 +225,5 @@ class SessionApp(StoppingApp):
     def on_unmount(self) -> None:
         """However the app ends, the engine is asked to stop (run_app then joins it)."""
         self.remove_signal_handlers()
-        if self.host is not None and self.ui_failure is None:
+        if self.host is not None and self.ui_failure is None and not self.detached:
             self.host.request_stop("quit from the UI")

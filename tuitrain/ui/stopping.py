@@ -78,6 +78,10 @@ class StoppingApp(App[int]):
             markup=markup,
         )
 
+    def action_help_quit(self) -> None:
+        """ctrl+c does what q does (Textual's own toast only says how to quit)."""
+        self.call_later(self.run_action, "quit")
+
     def stop_signals(self) -> tuple[int, ...]:
         return tuple(SIGNAL_NAMES)
 

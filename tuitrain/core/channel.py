@@ -1,0 +1,262 @@
+"""The control channel: how `tuitrain watch` steers a run that tuitrain hosts elsewhere.
+
+A hosted run (the dashboard's engine thread, or a headless run) makes `RUN_DIR/control/`,
+a directory of its own user's with mode 0700, and removes it when the run ends. A viewer
+of the same user drops one request file there per command (`send_request`: written under
+a temporary name with O_EXCL | O_NOFOLLOW, mode 0600, then renamed into place, so the host
+never reads half a request). The host (`Inbox.take`, polled by `tuitrain.host.steer`)
+reads and deletes them and applies them to the run's `Control`, which the engine reads at
+its next step boundary, as it reads a key of the dashboard. It answers each request with an
+event record (kind "control") in metrics.jsonl, which the viewer follows.
+
+Only the run's own user can steer it:
+- the directory is made with mode 0700 and checked (lstat: a real directory, not a link,
+  owned by the host's user, no access for group or others) when it is opened, and again
+  (fstat of the descriptor it was opened with) before every read: a directory replaced or
+  opened up after the start is refused, and nothing in it is obeyed;
+- the host lists the directory it opened, not its path: a directory put in its place later
+  (by whoever may write in the run dir) is never read;
+- each request is opened with O_NOFOLLOW | O_NONBLOCK relative to that descriptor and must
+  be a regular file of the host's user, with one link (no hard link to another file) and
+  at most MAX_REQUEST_BYTES; anything else is deleted, unread, and answered as refused;
+- the viewer checks the directory the same way before it writes (a directory of another
+  user is never written to), and offers its keys only while the run dir's lock is held by
+  a live process and the directory passes the checks (`steerable`).
+Requests already there when a run opens the directory (a previous run's, in the same run
+dir) are dropped unread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import secrets
+import stat
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuitrain.core.rundir import LOCK_NAME
+
+CONTROL_DIR = "control"
+REQUEST_PREFIX = "req-"
+REQUEST_SUFFIX = ".json"
+TEMP_PREFIX = ".tmp-"
+MAX_REQUEST_BYTES = 4096
+MAX_PROFILE_STEPS = 1000
+COMMANDS = ("pause", "resume", "checkpoint", "profile", "stop")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+
+class ChannelError(Exception):
+    """The channel cannot be used: one sentence saying why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One command read from the channel; `refused` says why it is not obeyed (or "")."""
+
+    command: str
+    id: str
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    refused: str = ""
+
+
+def channel_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / CONTROL_DIR
+
+
+def why_unsafe(st: os.stat_result) -> str:
+    """Why a directory with this stat is no channel (or ""): its kind, owner and mode."""
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory"
+    if st.st_uid != os.geteuid():
+        return f"it belongs to user id {st.st_uid}, not to this user ({os.geteuid()})"
+    if st.st_mode & 0o077:
+        return f"its mode is {stat.S_IMODE(st.st_mode):04o}: others may write in it (want 0700)"
+    return ""
+
+
+def host_alive(run_dir: str | Path) -> bool:
+    """True while a process holds the run dir's lock (a run writes there now)."""
+    import fcntl
+
+    try:
+        fd = os.open(Path(run_dir) / LOCK_NAME, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return True  # held exclusively: the run is alive
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def steerable(run_dir: str | Path) -> bool:
+    """True when a live hosted run listens on `run_dir`'s channel and this user may write to
+    it: what a viewer checks before offering the keys that steer."""
+    try:
+        st = os.lstat(channel_dir(run_dir))
+    except OSError:
+        return False
+    return not why_unsafe(st) and host_alive(run_dir)
+
+
+def send_request(run_dir: str | Path, command: str, **fields: Any) -> str:
+    """Drop one request in `run_dir`'s channel (atomically); its id, or ChannelError."""
+    if command not in COMMANDS:
+        raise ChannelError(f"unknown command {command!r}; one of {', '.join(COMMANDS)}")
+    folder = channel_dir(run_dir)
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY | _DIRECTORY | _NOFOLLOW)
+    except OSError as exc:
+        raise ChannelError(
+            f"{folder} cannot be opened ({exc.strerror}): the run is not listening"
+        ) from None
+    try:
+        if why := why_unsafe(os.fstat(dir_fd)):
+            raise ChannelError(f"{folder} is no control channel to write to: {why}")
+        request_id = f"{time.time_ns():x}-{secrets.token_hex(4)}"
+        body = json.dumps({"command": command, "id": request_id, "pid": os.getpid(), **fields})
+        data = body.encode()
+        if len(data) > MAX_REQUEST_BYTES:
+            raise ChannelError("the request is too long")
+        temp = f"{TEMP_PREFIX}{request_id}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW
+        fd = os.open(temp, flags, 0o600, dir_fd=dir_fd)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        final = f"{REQUEST_PREFIX}{request_id}{REQUEST_SUFFIX}"
+        os.rename(temp, final, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        return request_id
+    except OSError as exc:
+        raise ChannelError(f"could not write a request in {folder} ({exc.strerror})") from None
+    finally:
+        os.close(dir_fd)
+
+
+class Inbox:
+    """The host's end: makes (or checks) the directory, then reads and deletes requests."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.path = channel_dir(run_dir)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(self.path, 0o700)
+        try:
+            fd = os.open(self.path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW)
+        except OSError as exc:
+            reason = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+            raise ChannelError(
+                f"{self.path} cannot be used as a control channel: {reason}"
+            ) from None
+        if why := why_unsafe(os.fstat(fd)):
+            os.close(fd)
+            raise ChannelError(f"{self.path} cannot be used as a control channel: {why}")
+        self.fd: int | None = fd
+        for name in self._names():  # a previous run's requests are not this run's
+            self._remove(name)
+
+    def _names(self) -> list[str]:
+        if self.fd is None:
+            return []
+        try:
+            return sorted(os.listdir(self.fd))
+        except OSError:
+            return []
+
+    def _remove(self, name: str) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=self.fd)
+
+    def take(self) -> list[Request]:
+        """The requests waiting now, oldest first, each deleted once read; a refused one
+        carries its reason. A directory that no longer passes the checks closes the inbox
+        (one refusal says why) and its files are left unread."""
+        if self.fd is None:
+            return []
+        if why := why_unsafe(os.fstat(self.fd)):
+            self.close(remove=False)
+            return [Request("", "", refused=f"the control channel was closed: {why}")]
+        out = []
+        for name in self._names():
+            if not (name.startswith(REQUEST_PREFIX) and name.endswith(REQUEST_SUFFIX)):
+                continue  # a temp file being written, or a stranger: not a request
+            out.append(self._read(name))
+            self._remove(name)
+        return out
+
+    def _read(self, name: str) -> Request:
+        request_id = name[len(REQUEST_PREFIX) : -len(REQUEST_SUFFIX)][:64]
+        assert self.fd is not None
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW, dir_fd=self.fd)
+        except OSError as exc:
+            why = "it is a symbolic link" if exc.errno == errno.ELOOP else str(exc.strerror)
+            return Request("", request_id, refused=f"request {name}: {why}")
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return Request("", request_id, refused=f"request {name} is not a regular file")
+            if st.st_uid != os.geteuid():
+                return Request("", request_id, refused=f"request {name} is user {st.st_uid}'s")
+            if st.st_nlink != 1:
+                return Request("", request_id, refused=f"request {name} has other links")
+            data = os.read(fd, MAX_REQUEST_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(data) > MAX_REQUEST_BYTES:
+            return Request("", request_id, refused=f"request {name} is too long")
+        return parse_request(data, request_id)
+
+    def close(self, remove: bool = True) -> None:
+        """Stop listening; with `remove`, delete what is left and the directory itself."""
+        if self.fd is None:
+            return
+        if remove:
+            for name in self._names():
+                self._remove(name)
+            with contextlib.suppress(OSError):
+                os.rmdir(self.path)
+        os.close(self.fd)
+        self.fd = None
+
+
+def parse_request(data: bytes, request_id: str) -> Request:
+    """A request from its file's bytes; refused when it is no known command."""
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError):
+        return Request("", request_id, refused="the request is not JSON")
+    if not isinstance(body, dict):
+        return Request("", request_id, refused="the request is not a JSON object")
+    command = body.get("command")
+    if command not in COMMANDS:
+        return Request("", request_id, refused=f"unknown command {str(command)[:40]!r}")
+    fields: dict[str, Any] = {}
+    if command == "profile":
+        steps = body.get("steps")
+        if not isinstance(steps, int) or isinstance(steps, bool):
+            return Request(command, request_id, refused="profile needs a whole number of steps")
+        if not 1 <= steps <= MAX_PROFILE_STEPS:
+            return Request(command, request_id, refused=f"profile steps {steps} out of range")
+        fields["steps"] = steps
+    pid = body.get("pid")
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        fields["pid"] = pid
+    return Request(str(command), request_id, fields)
