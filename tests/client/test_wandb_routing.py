@@ -7,6 +7,7 @@ Every test puts `sys.modules` and `sys.meta_path` back as they were."""
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import os
 import subprocess
@@ -62,6 +63,17 @@ def _restored(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     tuitrain.trackio.context_vars.current_run.set(None)
     tuitrain.trackio.context_vars.current_project.set(None)
     dict.clear(tuitrain.wandb.config)
+    # what install() told a framework imported before it, asked again without the routing
+    tracking = sys.modules.get("accelerate.tracking")
+    if tracking is not None:
+        tracking._available_trackers[:] = [
+            t for t in tracking._available_trackers
+            if str(t) not in ROUTED or importlib.util.find_spec(str(t)) is not None
+        ]  # fmt: skip
+    for name in ("lightning.pytorch.loggers.wandb", "pytorch_lightning.loggers.wandb"):
+        cache = getattr(sys.modules.get(name), "_WANDB_AVAILABLE", None)
+        if cache is not None:
+            vars(cache).pop("available", None)
 
 
 def points(n: int = 128) -> Any:
@@ -382,4 +394,23 @@ def test_lightning_wandb_logger_after_install(tmp_path: Path) -> None:
     assert [r["step"] for r in evals] == [3, 7] and evals[-1]["val_loss"] < evals[0]["val_loss"]
     said = [r for r in of(recs, "event") if "wandb.Image values are left out" in r["message"]]
     assert len(said) == 1 and recs[-1]["dropped_values"] == 1
+    assert recs[-1]["type"] == "end" and recs[-1]["status"] == "completed"
+
+
+def test_accelerate_log_with_wandb_after_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    accelerate = pytest.importorskip("accelerate")
+    monkeypatch.setenv("TUITRAIN_RUN_DIR", str(tmp_path / "run"))
+    tuitrain.wandb.install()
+    acc = accelerate.Accelerator(log_with="wandb", cpu=True)
+    acc.init_trackers("proj", config={"lr": 0.1})
+    for step in range(3):
+        acc.log({"train_loss": 1.0 / (step + 1)}, step=step * 10)
+    acc.end_training()
+    recs = records(tmp_path / "run")
+    assert recs[0]["config"]["meta"] == {"project": "proj"}
+    assert config_events(recs) == {"lr": 0.1}
+    assert [(r["step"], r["loss"]) for r in of(recs, "train")] == [
+        (0, 1.0), (10, 0.5), (20, pytest.approx(1 / 3))]  # fmt: skip
     assert recs[-1]["type"] == "end" and recs[-1]["status"] == "completed"

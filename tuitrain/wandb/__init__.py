@@ -286,8 +286,6 @@ def install() -> None:
     _routing.route(
         "wandb", __name__, __version__, ("wandb_run", "sdk", "sdk.lib.config_util", "env", "util"),
         extra={"sdk.wandb_run": f"{__name__}.wandb_run"},
-        caches=(("lightning.pytorch.loggers.wandb", "_WANDB_AVAILABLE"),
-                ("pytorch_lightning.loggers.wandb", "_WANDB_AVAILABLE")),
     )  # fmt: skip
 
 

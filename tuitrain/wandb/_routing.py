@@ -21,11 +21,9 @@ def route(
     version: str,
     submodules: tuple[str, ...] = (),
     extra: Mapping[str, str] | None = None,
-    caches: tuple[tuple[str, str], ...] = (),
 ) -> None:
     """`sys.modules[alias] = face`, each `face.sub` as `alias.sub`, `extra` ({alias's
-    submodule: face's module}) besides; `caches` ((module, name) of a framework's cached
-    "is it installed?" answer) asked again."""
+    submodule: face's module}) besides; then the frameworks already imported are told."""
     held = sys.modules.get(alias)
     if held is not None and getattr(held, "__name__", None) != face:
         where = getattr(held, "__file__", None) or "an earlier import"
@@ -45,10 +43,27 @@ def route(
         sys.modules[f"{alias}.{name}"] = sys.modules[target]
     if not any(isinstance(f, _Distributions) and f.name == alias for f in sys.meta_path):
         sys.meta_path.insert(0, _Distributions(alias, version))
-    for module_name, attribute in caches:
-        cache = getattr(sys.modules.get(module_name), attribute, None)
+    _refresh(alias)
+
+
+def _refresh(alias: str) -> None:
+    """A framework imported before install() found no `alias` and kept that answer: Lightning
+    in a RequirementCache (`_WANDB_AVAILABLE`), accelerate in its list of trackers. Asked
+    again (what install() before the framework's import needs no help for)."""
+    for module_name in (f"lightning.pytorch.loggers.{alias}", f"pytorch_lightning.loggers.{alias}"):
+        cache = getattr(sys.modules.get(module_name), f"_{alias.upper()}_AVAILABLE", None)
         if cache is not None and getattr(cache, "available", None) is False:
             vars(cache).pop("available", None)  # a RequirementCache that said "not installed"
+    tracking = sys.modules.get("accelerate.tracking")
+    found = getattr(tracking, "_available_trackers", None)
+    kind = getattr(tracking, "LoggerType", None)
+    if isinstance(found, list) and kind is not None:
+        try:
+            tracker = kind(alias)
+        except ValueError:  # an accelerate without that tracker
+            return
+        if tracker not in found:
+            found.append(tracker)
 
 
 def _normal(name: str) -> str:
