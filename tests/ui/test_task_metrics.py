@@ -40,13 +40,16 @@ def regression_store(task: dict | None = TASK) -> MetricStore:
     return store
 
 
-def test_the_declared_metrics_are_the_charts_in_order() -> None:
+ALL = ["loss", "val_loss", "mae", "val_mae"]  # every series: the loss first, then the task's
+
+
+def test_every_series_is_a_chart_the_declared_metrics_in_order() -> None:
     snap = regression_store().snapshot()
-    assert [s["name"] for s in metric_specs(snap)] == ["mae", "val_loss", "val_mae"]
+    assert [s["name"] for s in metric_specs(snap)] == ALL
     shown, problem = matching(metric_specs(snap), "val_")
     assert [s["name"] for s in shown] == ["val_loss", "val_mae"] and not problem
     shown, problem = matching(metric_specs(snap), "LOSS | mae")  # either, any case
-    assert [s["name"] for s in shown] == ["mae", "val_loss", "val_mae"] and not problem
+    assert [s["name"] for s in shown] == ALL and not problem
     shown, problem = matching(metric_specs(snap), "[")  # literal text: no metric has it
     assert shown == [] and not problem
 
@@ -70,9 +73,9 @@ def test_the_filter_is_literal_text_whatever_is_typed() -> None:
     assert [s["name"] for s in shown] == ["x" * 200] and "cut to 200" in problem
 
 
-def test_a_run_without_declarations_shows_every_series_outside_the_contract() -> None:
+def test_a_run_without_declarations_shows_every_series() -> None:
     snap = regression_store(task=None).snapshot()
-    assert [s["name"] for s in metric_specs(snap)] == ["mae", "val_loss", "val_mae"]
+    assert [s["name"] for s in metric_specs(snap)] == ALL
 
 
 async def test_g_opens_one_chart_per_metric_and_slash_filters_them() -> None:
@@ -82,10 +85,10 @@ async def test_g_opens_one_chart_per_metric_and_slash_filters_them() -> None:
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, MetricsScreen)
-        assert list(screen.charts) == ["mae", "val_loss", "val_mae"]
+        assert list(screen.charts) == ALL
         titles = {name: str(chart.border_title) for name, chart in screen.charts.items()}
-        assert titles["val_mae"] == "val_mae 0.2250 (best 0.0333)"  # best by the goal: min
-        assert "3 of 3 shown" in text_of(screen.query_one("#metrics-title"))
+        assert titles["val_mae"] == "val_mae 0.2250 (best 0.03333)"  # min; 4 significant digits
+        assert "4 of 4 shown" in text_of(screen.query_one("#metrics-title"))
         chart = screen.charts["mae"]
         await wait_for(pilot, lambda: chart.plt.monitor.y, 5, "the mae chart drawn")
         assert len(chart.plt.monitor.y[0]) == 20  # every logged point of mae
@@ -96,13 +99,13 @@ async def test_g_opens_one_chart_per_metric_and_slash_filters_them() -> None:
         assert list(screen.charts) == ["val_mae"]
         await pilot.press("slash", *["backspace"] * 5, *"(a+)+$", "enter")  # text, not regex
         await pilot.pause()
-        assert list(screen.charts) == [] and "0 of 3 shown" in text_of(
+        assert list(screen.charts) == [] and "0 of 4 shown" in text_of(
             screen.query_one("#metrics-title")
         )
         await pilot.press("slash", *["backspace"] * 6, *"val_m", "enter")
         await pilot.pause()
         assert list(screen.charts) == ["val_mae"]
-        assert "1 of 3 shown" in text_of(screen.query_one("#metrics-title"))
+        assert "1 of 4 shown" in text_of(screen.query_one("#metrics-title"))
 
         await pilot.press("l")
         await pilot.pause()

@@ -7,9 +7,10 @@ minutes in Python's `re`, which cannot be time-boxed, on the UI thread and, hold
 in the training it hosts. A literal filter costs the names' length at most; its text is capped
 at MAX_FILTER characters.
 
-The metrics are what the header's task declaration names (the task's own train metrics, its
-validation metrics) and, for runs whose header declares none, every series of the store
-outside the metric contract's fields. Each chart's title gives the metric's last value and
+The metrics are every series the run holds: the loss and the val loss, the run's own
+metrics (what its task declares, a script's keys), then the contract's measurements (lr,
+grad norm, throughput, step time, data wait, scaler, memory). More than fit scroll.
+Each chart's title gives the metric's last value and
 its best so far (by the declared goal); the charts redraw at 1 Hz from the app's store.
 """
 
@@ -20,41 +21,24 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Vertical
+from textual.containers import Grid, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from tuitrain.metrics.format import metric_formats
-from tuitrain.metrics.records import (
-    TRAIN_EXTRA_FIELDS,
-    TRAIN_FIELDS,
-    format_metric,
-    task_declaration,
-)
 from tuitrain.metrics.store import Snapshot
+from tuitrain.ui.panels import all_metric_specs, metric_text, metric_unit
 from tuitrain.ui.widgets.chart import Line, MetricChart, log_title
 from tuitrain.ui.widgets.panel import esc
 
-MAX_CHARTS = 12  # more metrics than this: the first ones, and the filter narrows the rest
+MAX_CHARTS = 30  # more metrics than this: the first ones, and the filter narrows the rest
 MAX_FILTER = 200  # characters of filter text
 
 
 def metric_specs(snap: Snapshot) -> list[dict[str, Any]]:
-    """[{name, goal, format, unit}] of the run's metrics, in declaration order."""
-    task = task_declaration(snap.header)
-    specs = list(task["metrics"]) if snap.header and snap.header.get("task") else []
-    if not specs:  # an old or foreign run: every series outside the contract
-        known = set(TRAIN_FIELDS) | set(TRAIN_EXTRA_FIELDS)
-        formats = metric_formats(snap.header)  # declared, else the contract's val_acc: pct
-        specs = [
-            {"name": n, "goal": None, "format": formats.get(n, "float"), "unit": ""}
-            for n in snap.series
-            if n not in known
-        ]
-        specs.sort(key=lambda s: (s["name"].startswith("val_"), s["name"]))
-    if "tokens_per_s" in snap.series:
-        specs.append({"name": "tokens_per_s", "goal": "max", "format": "float", "unit": ""})
-    return specs
+    """[{name, goal, format, unit}] of every series the run holds: the loss and val loss,
+    the run's own metrics (its task's, a script's keys), then lr, the grad norm, throughput,
+    step time, data wait, the scaler and memory (`tuitrain.ui.panels.all_metric_specs`)."""
+    return all_metric_specs(snap)
 
 
 def best_value(values: tuple[float, ...], goal: str | None) -> float | None:
@@ -85,8 +69,9 @@ class MetricsScreen(Screen[None]):
     MetricsScreen #metrics-top { height: auto; padding: 0 1; }
     MetricsScreen #metrics-filter { display: none; }
     MetricsScreen #metrics-filter.-open { display: block; }
-    MetricsScreen #metrics-grid { grid-size: 3; grid-gutter: 0 1; height: 1fr; }
-    MetricsScreen .metric { border: round $primary-darken-2; height: 1fr; min-height: 8; }
+    MetricsScreen #metrics-scroll { height: 1fr; }
+    MetricsScreen #metrics-grid { grid-size: 3; grid-gutter: 0 1; height: auto; grid-rows: 12; }
+    MetricsScreen .metric { border: round $primary-darken-2; height: 12; }
     """
     BINDINGS = [
         Binding("slash", "filter", "Filter", tooltip="Filter metrics by name (text; a|b: either)"),
@@ -109,7 +94,8 @@ class MetricsScreen(Screen[None]):
                 value=self.pattern[:MAX_FILTER], id="metrics-filter", max_length=MAX_FILTER,
                 placeholder="text in metric names (case-insensitive; a|b for either)",
             )  # fmt: skip
-        yield Grid(id="metrics-grid")
+        with VerticalScroll(id="metrics-scroll"):  # more charts than fit: scroll to them
+            yield Grid(id="metrics-grid")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -147,9 +133,9 @@ class MetricsScreen(Screen[None]):
             series = snap.get(name)
             spec = by_name[name]
             best = best_value(series.ys, spec.get("goal"))
-            label = f"{name} {format_metric(series.last, spec['format'])}"
+            label = f"{name} {metric_text(series.last, spec)}{metric_unit(spec)}"
             if best is not None:
-                label += f" (best {format_metric(best, spec['format'])})"
+                label += f" (best {metric_text(best, spec)})"
             chart.border_title = esc(log_title(label, self.log_y))
             key = (series, chart.size, self.log_y)
             if self._drawn.get(name) == key or not chart.size.area:

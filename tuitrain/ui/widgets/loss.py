@@ -10,16 +10,17 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tuitrain.metrics.format import DASH, format_number
-from tuitrain.metrics.records import format_metric, task_declaration
+from tuitrain.metrics.format import DASH, format_value
+from tuitrain.metrics.records import task_declaration
 from tuitrain.metrics.store import Series, Snapshot
+from tuitrain.ui.panels import declared_metrics, eval_label, metric_spec, metric_unit
 from tuitrain.ui.view import Frame, smoothed_series
 from tuitrain.ui.widgets.chart import Line, log_title
 from tuitrain.ui.widgets.panel import Panel, esc
 
 
 def _fmt_loss(value: float | None) -> str:
-    return DASH if value is None else f"{value:.4f}"
+    return format_value(value)
 
 
 def smoothing_floor(snap: Snapshot) -> float | None:
@@ -101,12 +102,14 @@ class LossPanel(Panel):
             key, label, fmt = shown
             value = ev.get(key)
             value = value if isinstance(value, (int, float)) else None
-            metric = (
-                f"[b]{esc(label)} {format_metric(value, fmt) if value is not None else DASH}[/b] "
-            )
+            shown_value = format_value(value, fmt) if value is not None else DASH
+            metric = f"[b]{esc(label)} {shown_value}[/b] "
+        unit = metric_unit(metric_spec("val_loss", declared_metrics(snap.header)))
+        val = ev.get("val_loss")
+        where = eval_label(ev).removesuffix(" done").removeprefix("eval at ")
         text = (
-            f"{line1}\n[$warning]val[/] {_fmt_loss(ev.get('val_loss'))}  "
-            f"{metric}[$foreground-muted](epoch {esc(format_number(ev.get('epoch')))})[/]"
+            f"{line1}\n[$warning]val[/] {_fmt_loss(val)}{unit if val is not None else ''}  "
+            f"{metric}[$foreground-muted]({esc(where)})[/]"
         )
         best = best_eval(snap)
         task = task_declaration(snap.header)
@@ -115,8 +118,8 @@ class LossPanel(Panel):
             fmt = next((m["format"] for m in task["metrics"] if m["name"] == primary), "float")
             label = "best" if shown is not None and shown[0] == primary else f"best {esc(primary)}"
             text += (
-                f" [$foreground-muted]· {label} {format_metric(best[primary], fmt)}"
-                f" (epoch {esc(format_number(best.get('epoch')))})[/]"
+                f" [$foreground-muted]· {label} {format_value(best[primary], fmt)}"
+                f" ({esc(eval_label(best).removesuffix(' done').removeprefix('eval at '))})[/]"
             )
         return text
 
