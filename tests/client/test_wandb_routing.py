@@ -200,6 +200,22 @@ def test_the_run_is_wandbs_shape_and_its_other_methods_never_raise(tmp_path: Pat
     assert len(said) == 1  # once, however many artifacts
 
 
+def test_a_disabled_run_takes_the_frameworks_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    tuitrain.wandb.install()
+    import wandb
+    from wandb.sdk.lib import RunDisabled
+
+    run = wandb.init(project="p")
+    assert isinstance(run, RunDisabled) and isinstance(run.dir, str)
+    run._label(code="transformers_trainer")  # HF's setup
+    run.define_metric("*", step_metric="trainer/global_step", step_sync=True)  # Lightning's
+    run.log_artifact(wandb.Artifact("m", type="model"))
+    wandb.log({"loss": 1.0, "img": wandb.Image(b"x")})
+    assert run.settings.mode == "disabled"
+    wandb.finish()
+
+
 def test_media_are_left_out_with_one_warning_per_kind(tmp_path: Path) -> None:
     wandb = tuitrain.wandb
     run = wandb.init(dir=str(tmp_path))

@@ -266,6 +266,9 @@ class RunDisabled:
     def finish(self, exit_code: int | None = None, **_: Any) -> None:
         self.finished = True
 
+    def _label(self, *_: Any, **__: Any) -> None:
+        pass
+
     def __enter__(self) -> RunDisabled:
         return self
 
