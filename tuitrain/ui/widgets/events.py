@@ -20,7 +20,14 @@ from tuitrain.metrics.format import precision_label
 from tuitrain.metrics.records import Record, eval_metric_items
 from tuitrain.metrics.sinks import SEQ_KEY, STEP_KEY
 from tuitrain.metrics.store import Snapshot
-from tuitrain.ui.panels import declared_metrics, eval_label, metric_spec, metric_text, metric_unit
+from tuitrain.ui.panels import (
+    declared_metrics,
+    eval_label,
+    is_script_run,
+    metric_spec,
+    metric_text,
+    metric_unit,
+)
 from tuitrain.ui.view import Frame
 
 LEVEL_MARK = {"info": ("·", "foreground-darken-1"), "warning": ("▲", "warning")}
@@ -114,11 +121,15 @@ class EventLog(RichLog):
         if snap.header is not None and snap.header is not self._seen_header:
             self._seen_header = snap.header
             header = snap.header
-            self.add(
-                None,
-                f"run started: preset {header.get('preset')} on {header.get('device')} "
-                f"({precision_label(header)}), run dir {header.get('run_dir')}",
-            )
+            if is_script_run(header):  # a script: no preset, no precision of its own
+                name, device = header.get("preset"), header.get("device")
+                started = f"run started: {name} (a script) on {device}"
+            else:
+                started = (
+                    f"run started: preset {header.get('preset')} on {header.get('device')} "
+                    f"({precision_label(header)})"
+                )
+            self.add(None, f"{started}, run dir {header.get('run_dir')}")
         new = []
         for rec in ordered_records(snap):
             seq = rec.get(SEQ_KEY)
