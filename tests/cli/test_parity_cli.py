@@ -181,3 +181,20 @@ def test_sigint_cancels_with_130_and_no_verdict(tmp_path: Path) -> None:
     assert result["status"] == "cancelled" and result["verdict"] is None
     assert "cancelled by SIGINT" in result["message"]
     assert json.loads((tmp_path / "parity.json").read_text())["status"] == "cancelled"
+
+
+def test_the_report_ends_with_the_next_commands_for_its_verdict() -> None:
+    import argparse
+
+    from tuitrain.commands.parity import next_lines
+
+    args = argparse.Namespace(preset="fashion-mini", mixed="bf16")
+    r = ParityResult(preset="p", mixed="bf16", device="cpu", epochs=1, seed=0)
+    r.per_epoch = [EpochRow(1, 0.810, 0.804, 0.5, 0.5)]  # FAIL, within noise, no control
+    r.test_set_size, r.paired = 1000, PairedCounts(800, 10, 4, 186)
+    text = "\n".join(next_lines(r, args))
+    assert "tuitrain parity --preset fashion-mini --mixed bf16 --epochs 2    # settle it" in text
+    assert "--control on" in text and "the same check again" not in text
+    r.per_epoch = [EpochRow(1, 0.810, 0.809, 0.5, 0.5)]  # PASS, nothing paired: no note
+    r.paired = None
+    assert next_lines(r, args)[1].endswith("# the same check again")

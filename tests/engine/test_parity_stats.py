@@ -195,3 +195,83 @@ def test_no_pairing_means_no_noise_fields() -> None:
 def test_format_p() -> None:
     assert format_p(0.0385742) == "0.039" and format_p(1.0) == "1"
     assert format_p(3e-7) == "< 0.0001"
+
+
+# --------------------------------------------------------------------------- the control's words
+
+
+@pytest.mark.parametrize(
+    ("gap", "mode", "said"),
+    [
+        (1.3, "max", "bf16 lowered val_acc by 1.30 points (worse; 95% CI 0.80 to 1.80)"),
+        (-1.3, "max", "bf16 raised val_acc by 1.30 points (better; 95% CI 0.80 to 1.80)"),
+        (1.3, "min", "bf16 lowered val_acc by 1.30 points (better; 95% CI 0.80 to 1.80)"),
+        (-1.3, "min", "bf16 raised val_acc by 1.30 points (worse; 95% CI 0.80 to 1.80)"),
+    ],
+)
+def test_the_change_is_said_the_right_way_round(gap: float, mode: str, said: str) -> None:
+    """gap = fp32 - mixed: positive means the mixed run's value is lower. The interval reads
+    as the verb does (amounts lowered, or raised)."""
+    from tuitrain.metrics.parity_report import change_text
+
+    ci = [0.8, 1.8] if gap > 0 else [-1.8, -0.8]
+    assert change_text("bf16", "val_acc", gap, ci, True, mode) == said
+
+
+def test_a_metric_in_its_own_units_and_no_change() -> None:
+    from tuitrain.metrics.parity_report import change_text
+
+    assert change_text("fp16", "val_loss", -0.0123, None, False, "min") == (
+        "fp16 raised val_loss by 0.0123 (worse)"
+    )
+    unchanged = change_text("fp16", "val_loss", 0.0, None, False, "min")
+    assert unchanged == "fp16 left val_loss unchanged"
+
+
+def test_more_than_the_seed_only_when_the_intervals_say_so() -> None:
+    from tuitrain.metrics.parity_report import control_verdict
+
+    apart = control_verdict("bf16", "val_acc", "max", True, 1.3, [0.9, 1.7], 0.2, [-0.3, 0.6])
+    assert apart[1] is True and "more than the seed (the 95% intervals do not overlap)" in apart[0]
+    assert apart[0].startswith("bf16 lowered val_acc by 1.30 points")
+    assert "changing the seed lowered it by 0.20 points" in apart[0]
+    overlap = control_verdict("bf16", "val_acc", "max", True, 1.3, [0.1, 2.5], 0.2, [-0.6, 1.0])
+    assert overlap[1] is None and "more than the seed" not in overlap[0]
+    assert "not shown beyond run-to-run noise" in overlap[0]
+    unknown = control_verdict("bf16", "val_mae", "min", False, 0.5, None, 0.1, None)
+    assert unknown[1] is None and "more than the seed" not in unknown[0]
+    within = control_verdict("bf16", "val_acc", "max", True, -0.2, [-0.6, 0.2], 0.4, [0.0, 0.8])
+    assert within[1] is False and "no more than the seed" in within[0]
+    assert within[0].startswith("bf16 raised val_acc by 0.20 points (better")
+
+
+def test_the_verdict_becomes_an_event_of_the_run_it_was_started_from(tmp_path) -> None:
+    """The dashboard's parity check: its verdict is appended to the hosted run's
+    metrics.jsonl (after whatever the run wrote, an end record included) and its store."""
+    import json
+
+    from tuitrain.metrics.parity_report import EpochRow, ParityResult, record_verdict
+    from tuitrain.metrics.records import end_record
+    from tuitrain.metrics.runfile import read_records
+    from tuitrain.metrics.sinks import JsonlSink
+    from tuitrain.metrics.store import MetricStore
+
+    run = tmp_path / "run"
+    sink = JsonlSink(run / "metrics.jsonl")
+    sink.write(end_record("stopped", "quit", 40))
+    sink.close()
+    r = ParityResult(preset="p", mixed="bf16", device="cpu", epochs=1, seed=0)
+    r.per_epoch = [EpochRow(1, fp32_val_acc=0.85, mixed_val_acc=0.837)]
+    r.test_set_size = 1000
+    store = MetricStore()
+    event = record_verdict(run, r, run / "parity", store)
+    assert event is not None and event["verdict"] == "FAIL" and event["level"] == "warning"
+    last = list(read_records(run / "metrics.jsonl"))[-1]
+    assert last["kind"] == "parity" and last["phase"] == "verdict"
+    assert last["gap_points"] == pytest.approx(1.3) and last["parity_dir"] == str(run / "parity")
+    assert "time" in last and "parity FAIL" in last["message"]
+    assert store.snapshot().events[-1]["verdict"] == "FAIL"
+    r.status = "cancelled"
+    assert record_verdict(run, r) is None  # nothing to say: nothing written
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+    json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])

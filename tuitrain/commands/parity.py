@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import signal
 import sys
 from collections.abc import Mapping, Sequence
@@ -167,7 +168,7 @@ def run_parity(cfg: Config, args: argparse.Namespace) -> int:
     if args.json:
         print(to_json_line({**result.to_json(), "run_dir": str(run_dir)}), flush=True)
     else:
-        print(format_table(result, run_dir), flush=True)
+        print("\n".join([format_table(result, run_dir), *next_lines(result, args)]), flush=True)
     if result.verdict is None:  # cancelled
         return host.control.exit_code or EXIT_FAILED
     return result.exit_code
@@ -290,6 +291,25 @@ def format_table(result: ParityResult, run_dir: Path) -> str:
         lines.append(f"control      {control}")
     lines.append(f"run dir      {run_dir} (parity.json, parity.log, metrics.jsonl)")
     return "\n".join(lines)
+
+
+def next_lines(r: ParityResult, args: argparse.Namespace) -> list[str]:
+    """The next commands that apply to this verdict: a longer check when the noise and the
+    verdict disagree, a control run when a FAIL has none, the same check again otherwise."""
+    again = ["tuitrain", "parity", "--preset", str(args.preset)]
+    if args.mixed:
+        again += ["--mixed", args.mixed]
+    steps: list[tuple[list[str], str]] = []
+    if r.verdict in ("PASS", "FAIL") and r.noise_note:
+        steps.append(
+            (again + ["--epochs", str(2 * r.epochs)], "settle it: longer runs, a finer verdict")
+        )
+    if r.verdict == "FAIL" and r.control is None:
+        steps.append((again + ["--control", "on"], "how far changing the seed alone moves it"))
+    if r.verdict in (None, "ERROR") or not steps:
+        steps.append((again + ["--epochs", str(r.epochs)], "the same check again"))
+    width = max(len(shlex.join(cmd)) for cmd, _ in steps)
+    return ["next"] + [f"  {shlex.join(cmd):<{width}}  # {why}" for cmd, why in steps]
 
 
 def format_metric_table(r: ParityResult, run_dir: Path) -> str:

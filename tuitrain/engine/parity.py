@@ -46,6 +46,7 @@ from tuitrain.metrics.parity_report import (
     MetricParity,
     PairedCounts,
     ParityResult,
+    control_verdict,
     count_test_images,
     gap_ci95_points,
     max_rel_diff,
@@ -242,14 +243,12 @@ def control_result(
         if a is not None and b is not None and a.shape == b.shape and a.dim() == 1:
             ci = paired_mean_ci(a.float().cpu().tolist(), b.float().cpu().tolist())
     mixed_gap = r.gap_points if r.metric is None else r.metric.gap
-    unit = " point" if classify else ""
-    verdict = None
-    if mixed_gap is not None:
-        how = "no more than" if abs(mixed_gap) <= abs(gap) else "more than"
-        verdict = (
-            f"mixed precision moves {key} by {mixed_gap:+.4g}{unit}, {how} changing the seed"
-            f" does ({gap:+.4g}{unit})"
-            + (": within run-to-run noise" if how == "no more than" else "")
+    verdict, beyond = None, None
+    if mixed_gap is not None:  # the sentence and the claim: metrics.parity_report's
+        mixed_ci = r.gap_ci95_points if r.metric is None else r.metric.ci95
+        mode = "max" if r.metric is None else r.metric.mode
+        verdict, beyond = control_verdict(
+            r.mixed, key, mode, classify, mixed_gap, mixed_ci, gap, ci
         )
     return {
         "seed": cfg.train.seed,
@@ -259,7 +258,7 @@ def control_result(
         "gap_ci95": ci,
         "unit": "points" if classify else "the metric's units",
         "mixed_gap": mixed_gap,
-        "mixed_beyond_seed": None if mixed_gap is None else abs(mixed_gap) > abs(gap),
+        "mixed_beyond_seed": beyond,  # True only when the intervals say so; None: not shown
         "verdict": verdict,
     }
 

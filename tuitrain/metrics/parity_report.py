@@ -10,14 +10,15 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from tuitrain.core.errors import EXIT_FAILED, EXIT_OK, EXIT_PARITY_FAIL
 from tuitrain.core.safefile import write_atomic_text
-from tuitrain.metrics.sinks import Sink, StoreSink, to_json_line
+from tuitrain.metrics.records import event_record
+from tuitrain.metrics.sinks import JsonlSink, Sink, StoreSink, to_json_line
 from tuitrain.metrics.store import MetricStore, Snapshot
 
 THRESHOLD_POINTS = 0.5  # the seeds: "un écart de plus de 0,5 point signale un problème"
@@ -61,6 +62,60 @@ class PairedCounts:
             "both": self.both, "fp32_only": self.fp32_only,
             "mixed_only": self.mixed_only, "neither": self.neither,
         }  # fmt: skip
+
+
+def change_text(
+    who: str, key: str, gap: float, ci: Sequence[float] | None, points: bool, mode: str | None
+) -> str:
+    """`bf16 lowered val_acc by 1.30 points (worse; 95% CI 0.80 to 1.80)`: what `who` did to
+    the metric against fp32, from `gap` = fp32 - who (positive: `who` lowered it) and its
+    interval, the sign said in words ("lowered", "raised") and never as a signed number."""
+    unit = " points" if points else ""
+    shown = (lambda v: f"{v:.2f}") if points else (lambda v: f"{v:.4g}")
+    if gap == 0:
+        return f"{who} left {key} unchanged"
+    verb = "lowered" if gap > 0 else "raised"
+    notes = []
+    if mode in ("min", "max"):
+        notes.append("worse" if (gap > 0) == (mode == "max") else "better")
+    if ci is not None and len(ci) == 2:
+        low, high = (ci[0], ci[1]) if gap > 0 else (-ci[1], -ci[0])  # as the verb reads
+        notes.append(f"95% CI {shown(low)} to {shown(high)}")
+    where = f" ({'; '.join(notes)})" if notes else ""
+    return f"{who} {verb} {key} by {shown(abs(gap))}{unit}{where}"
+
+
+def control_verdict(
+    mixed: str,
+    key: str,
+    mode: str | None,
+    points: bool,
+    mixed_gap: float,
+    mixed_ci: Sequence[float] | None,
+    seed_gap: float,
+    seed_ci: Sequence[float] | None,
+) -> tuple[str, bool | None]:
+    """(sentence, beyond): did mixed precision move the metric more than changing the seed?
+    Both gaps are fp32 minus the other run. `beyond` is True only when the intervals say so
+    (|mixed gap| > |seed gap| and the two 95% intervals do not overlap), False when the
+    mixed gap is no larger than the seed's, None when it is larger in these runs but the
+    intervals overlap or are unknown: not shown beyond run-to-run noise."""
+    said = change_text(mixed, key, mixed_gap, mixed_ci, points, mode)
+    seed = change_text("changing the seed", "it", seed_gap, seed_ci, points, None)
+    if abs(mixed_gap) <= abs(seed_gap):
+        return f"{said}; {seed}: no more than the seed, within run-to-run noise", False
+    if mixed_ci is not None and seed_ci is not None and len(mixed_ci) == len(seed_ci) == 2:
+        apart = mixed_ci[0] > seed_ci[1] or seed_ci[0] > mixed_ci[1]
+        if apart:
+            return f"{said}; {seed}: more than the seed (the 95% intervals do not overlap)", True
+        return (
+            f"{said}; {seed}: larger than the seed's in these runs, but the 95% intervals "
+            f"overlap, so not shown beyond run-to-run noise; settle it with {SETTLE}"
+        ), None
+    return (
+        f"{said}; {seed}: larger than the seed's in these runs, with no intervals to show it "
+        "is beyond run-to-run noise"
+    ), None
 
 
 def mcnemar_exact_p(b: int, c: int) -> float:
@@ -330,22 +385,15 @@ class ParityResult:
         )
 
     def control_line(self) -> str | None:
-        """`control (fp32, seed 1): val_acc 85.10%, gap fp32 - control +0.30 [-0.2, +0.8]
-        point; mixed precision moves val_acc by ..., no more than changing the seed does`."""
+        """`fp32 with seed 1: val_acc 85.10%; bf16 lowered val_acc by 1.30 points (worse;
+        95% CI 0.80 to 1.80), changing the seed lowered it by 0.30 point (...): more than the
+        seed, ...` (the control's `verdict`, `control_verdict`'s sentence)."""
         c = self.control
         if not c:
             return None
         pct = c["unit"] == "points"
         value = f"{100 * c['value']:.2f}%" if pct else f"{c['value']:.4f}"
-        unit = " point" if pct else ""
-        ci = ""
-        if c.get("gap_ci95"):
-            low, high = c["gap_ci95"]
-            ci = f" (95% CI [{low:+.4g}, {high:+.4g}])"
-        return (
-            f"fp32 with seed {c['seed']}: {c['metric']} {value}, gap fp32 - control"
-            f" {c['gap']:+.4g}{unit}{ci}; {c['verdict'] or 'no verdict'}"
-        )
+        return f"fp32 with seed {c['seed']}: {c['metric']} {value}; {c['verdict'] or 'no verdict'}"
 
     def metric_summary(self, m: MetricParity) -> str:
         sign = "<=" if self.verdict == "PASS" else ">"
@@ -423,6 +471,48 @@ class _RouteByRun(Sink):
         route = self.routes.get(record.get("run", ""))
         for sink in [route] if route else self.routes.values():
             sink.write(record)
+
+
+def verdict_event(result: ParityResult, parity_dir: Path | None = None) -> dict[str, Any]:
+    """The parity check's verdict as an event of the run it was started from (kind
+    "parity", phase "verdict"): its summary (and the control's sentence), the numbers behind
+    it, and where its files are."""
+    message = result.summary()
+    if result.control and result.control.get("verdict"):
+        message += f"; control: {result.control['verdict']}"
+    level = {"PASS": "info", "FAIL": "warning", None: "info"}.get(result.verdict, "error")
+    return event_record(
+        message[:4000], level=level, kind="parity", phase="verdict", verdict=result.verdict,
+        mixed=result.mixed, gap_points=result.gap_points, speedup=result.speedup,
+        mixed_beyond_seed=(result.control or {}).get("mixed_beyond_seed"),
+        parity_dir=None if parity_dir is None else str(parity_dir),
+    )  # fmt: skip
+
+
+def record_verdict(
+    run_dir: Path,
+    result: ParityResult,
+    parity_dir: Path | None = None,
+    store: MetricStore | None = None,
+) -> dict[str, Any] | None:
+    """Append the verdict event to `run_dir`'s metrics.jsonl (the run the check was started
+    from: its own sink is paused or closed, and each append is one whole line) and push it
+    into its `store` (the dashboard's event log). None when there is nothing to say (a
+    cancelled check) or the file cannot be written."""
+    if result.verdict is None:
+        return None
+    event = verdict_event(result, parity_dir)
+    if store is not None:
+        store.push(event)
+    try:
+        sink = JsonlSink(run_dir / "metrics.jsonl")
+    except OSError:
+        return None
+    try:
+        sink.write(event)
+    finally:
+        sink.close()
+    return None if sink.failed else event
 
 
 def parity_result_of(snapshot: Snapshot) -> Mapping[str, Any] | None:

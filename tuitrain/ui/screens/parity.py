@@ -158,6 +158,13 @@ class ParityScreen(ModalScreen[None]):
             )  # fmt: skip
         except BaseException as exc:  # noqa: BLE001 - shown on screen, never lost
             self.error = str(exc) or type(exc).__name__
+            return
+        host = self.host
+        if host is not None and host.run_dir is not None and self.result is not None:
+            from tuitrain.metrics.parity_report import record_verdict
+
+            # the verdict becomes an event of the run the check was started from
+            record_verdict(host.run_dir, self.result, run_dir, host.store)
 
     @property
     def running(self) -> bool:
