@@ -168,8 +168,9 @@ class Panel(Vertical):
         """A sparkline instead of the chart where the chart would get fewer than
         MIN_CHART_ROWS rows (bare axes, `0` above `500`): the panel's height less its
         summary's, which does not depend on which of the two is shown."""
-        rows = self.content_region.height - self.summary_text.outer_size.height
-        self.set_class(0 < rows < MIN_CHART_ROWS, "-tiny")
+        height = self.content_region.height
+        rows = height - self.summary_text.outer_size.height
+        self.set_class(height > 0 and rows < MIN_CHART_ROWS, "-tiny")
 
     def refresh_plot(self, snap: Snapshot) -> None:
         """Redraw when a drawn series, the size or the theme changed (not on every record)."""
