@@ -65,3 +65,48 @@ def test_watch_ends_with_what_happened_and_the_next_commands(tmp_path: Path) -> 
     after = bytes(out[out.rfind(b"\x1b[?1049l") :]).decode(errors="replace")  # screen gone
     assert "tuitrain watch: run completed (max_steps reached)" in after, after
     assert f"files: {run}" in after and f"tuitrain export {run} --format csv" in after
+
+
+FAILING = """\
+import tuitrain
+
+def main():
+    run = tuitrain.init(project="t")
+    run.log({"loss": 1.0}, step=1)
+    print("about to fail", flush=True)
+    raise ValueError("shapes do not match")
+
+main()
+"""
+
+
+def test_a_failed_script_run_ends_with_its_last_output_and_traceback(tmp_path: Path) -> None:
+    script = tmp_path / "train_fail.py"
+    script.write_text(FAILING)
+    run = tmp_path / "run"
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
+    env.pop("TEXTUAL_DRIVER", None)
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuitrain", "run", "--run-dir", str(run), "--",
+         sys.executable, str(script)],
+        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
+    )  # fmt: skip
+    os.close(slave)
+    out = bytearray()
+    try:
+        read_until(master, out, proc, b"exited with code", 60)
+        if proc.poll() is None:  # the view stays until q
+            os.write(master, b"q")
+        read_until(master, out, proc, None, 20)
+        code = proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    assert code == 1, bytes(out[-2000:])
+    after = bytes(out[out.rfind(b"\x1b[?1049l") :]).decode(errors="replace")
+    assert "tuitrain run: run failed" in after, after
+    assert "| ValueError: shapes do not match" in after and "| about to fail" in after
+    assert f"traceback points at {script}:7 (in main)" in after
