@@ -26,7 +26,7 @@ from tuitrain.core.errors import OneLineParser, UserError, usable_path
 from tuitrain.core.rundir import refuse_if_held, resumed_run_dir
 from tuitrain.core.text import strip_controls
 from tuitrain.host.launch import resume_config, run_headless
-from tuitrain.host.signals import defer_signals
+from tuitrain.host.signals import defer_signals, early_signal, undefer_signals
 from tuitrain.host.stdio import print_out
 
 ENVIRONMENT_HELP = """environment:
@@ -46,6 +46,8 @@ EXIT_CODES_HELP = (
   0    completed            1    training failed (NaN loss, out of memory, a bug)
   2    usage, preset, data or checkpoint error
   3    tuitrain parity: FAIL (mixed precision lost more than 0.5 point)
+  4    stopped from the UI (q in the dashboard, or stop from tuitrain watch);
+       its last checkpoint resumes it: tuitrain --resume auto --run-dir DIR
   129  stopped by SIGHUP (the terminal went away)
   130  stopped by SIGINT (Ctrl-C)    143  stopped by SIGTERM
 """
@@ -181,20 +183,21 @@ def list_presets() -> int:
     return 0
 
 
-def run_ui(cfg: Config, overrides: list[str]) -> int:
+def run_ui(cfg: Config, overrides: list[str], resume: dict[str, Any] | None = None) -> int:
+    """The dashboard over `cfg` (resuming a checkpoint's `resume` state, when given)."""
     try:
         from tuitrain.ui.app import run_app
     except ImportError as exc:  # the UI is optional at import time; headless always works
         print(f"tuitrain: the UI cannot start ({exc}); running headless.", file=sys.stderr)
-        return run_headless(cfg)
+        return run_headless(cfg, resume=resume)
     started = time.time()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         # rank 0 of a torchrun job: the UI, and the job's process group
         from tuitrain.host.launch import run_ui_rank0
 
-        code = run_ui_rank0(cfg, overrides)
+        code = run_ui_rank0(cfg, overrides, resume)
     else:
-        code = run_app(cfg, overrides)
+        code = run_app(cfg, overrides, resume=resume)
     from tuitrain.metrics.ending import print_ending
 
     print_ending(last_run_dir(cfg, started))  # the dashboard is gone: what happened, what next
@@ -229,6 +232,24 @@ def nproc_device(args: argparse.Namespace, overrides: list[str]) -> str:
     return load_preset(args.preset or DEFAULT_PRESET, overrides).train.device
 
 
+def draws_ui(args: argparse.Namespace, main_rank: bool) -> bool:
+    """True when this process draws the dashboard: not --no-ui, rank 0, and a terminal to
+    draw on (else one line says why it runs headless)."""
+    if args.no_ui or not main_rank:  # other ranks never draw
+        return False
+    from tuitrain.host.stdio import can_draw_ui
+
+    if why := can_draw_ui():  # the check every command makes before its UI
+        print(
+            f"tuitrain: {why}: running headless (line logs); pass --no-ui to silence this "
+            "line, or run in a terminal with TERM set (e.g. xterm-256color) for the "
+            "dashboard.",
+            file=sys.stderr,
+        )
+        return False
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`tuitrain [flags]`: train a preset (the dashboard or headless), or launch --nproc ranks."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -255,21 +276,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 refuse_if_held(args.run_dir or resumed_run_dir(args.resume))
             defer_signals()  # resume_config imports torch to read the checkpoint
             cfg, state = resume_config(args, overrides)
-            return run_headless(cfg, resume=state)
+            if not draws_ui(args, main_rank):
+                return run_headless(cfg, resume=state)
+            if early := early_signal():  # Ctrl-C while the checkpoint was read
+                print(f"tuitrain: stopped by {early[0]} before training started.", file=sys.stderr)
+                return early[1]
+            undefer_signals()  # the dashboard takes the signals its own way
+            return run_ui(cfg, overrides, resume=state)  # a resumed run: the dashboard too
         cfg = load_preset(args.preset or DEFAULT_PRESET, overrides)
         if cfg.run.run_dir and main_rank:
             refuse_if_held(cfg.run.run_dir)
-        if args.no_ui or not main_rank:  # other ranks never draw
-            return run_headless(cfg)
-        from tuitrain.host.stdio import can_draw_ui
-
-        if why := can_draw_ui():  # the check every command makes before its UI
-            print(
-                f"tuitrain: {why}: running headless (line logs); pass --no-ui to silence this "
-                "line, or run in a terminal with TERM set (e.g. xterm-256color) for the "
-                "dashboard.",
-                file=sys.stderr,
-            )
+        if not draws_ui(args, main_rank):
             return run_headless(cfg)
         return run_ui(cfg, overrides)
     except UserError as exc:

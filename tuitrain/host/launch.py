@@ -160,12 +160,15 @@ def headless_outputs(host: RunHost, log: IO[str]) -> list[Sink]:
     return [JsonlSink(host.run_dir / "metrics.jsonl"), ConsoleSink(), ConsoleSink(log, log)]
 
 
-def run_ui_rank0(cfg: Config, overrides: Sequence[str]) -> int:
+def run_ui_rank0(
+    cfg: Config, overrides: Sequence[str], resume: dict[str, Any] | None = None
+) -> int:
     """Rank 0 of a torchrun job with a terminal: the dashboard, its engine thread on rank 0."""
     from tuitrain.ui.app import run_app
 
     with process_group(cfg) as info:
-        return run_app(cfg, overrides, dist=info if info.world_size > 1 else None)
+        dist = info if info.world_size > 1 else None
+        return run_app(cfg, overrides, dist=dist, resume=resume)
 
 
 def launch_nproc(nproc: int, argv: list[str], device: str = "auto") -> int:

@@ -31,6 +31,7 @@ SIGNAL_NAMES: dict[int, tuple[str, int]] = {
     signal.SIGHUP: ("SIGHUP", EXIT_SIGHUP),
 }
 EARLY_SIGNALS: list[int] = []  # stop signals that came before the run's handlers were in place
+_BEFORE_DEFER: dict[int, object] = {}  # the handlers defer_signals replaced
 LAUNCHER_ENV = "TUITRAIN_LAUNCHER_PID"  # set by `tuitrain --nproc` for its ranks
 ORPHAN_POLL_S = 1.0
 
@@ -53,7 +54,17 @@ def defer_signals() -> None:
 
     for signum in SIGNAL_NAMES:
         if not _ignored_hangup(signum):
-            signal.signal(signum, note)
+            previous = signal.signal(signum, note)
+            _BEFORE_DEFER.setdefault(signum, previous)
+
+
+def undefer_signals() -> None:
+    """The handlers `defer_signals` replaced, back (the dashboard takes the signals its own
+    way; a noted signal stays in EARLY_SIGNALS for the caller to act on)."""
+    for signum, previous in list(_BEFORE_DEFER.items()):
+        with contextlib.suppress(TypeError, ValueError):
+            signal.signal(signum, previous)  # type: ignore[arg-type]
+        del _BEFORE_DEFER[signum]
 
 
 def early_signal(pop: bool = False) -> tuple[str, int] | None:
