@@ -380,6 +380,8 @@ class Script:
                 if path in self._runs:
                     continue
                 self._runs.append(path)
+                if self._code is not None:
+                    continue  # finished: nothing is held any more
                 try:
                     self._run_locks.append(claim_run_dir(path))
                 except (UserError, OSError) as exc:
