@@ -128,3 +128,14 @@ def test_the_dashboard_ends_with_the_run_it_wrote_last(tmp_path: Path, monkeypat
     write_run(tmp_path / "mine", "completed", "done")
     os.utime(tmp_path / "mine" / "metrics.jsonl", (started + 3, started + 3))
     assert last_run_dir(mine, started) == tmp_path / "mine"  # written after the others
+
+
+def test_a_comparison_ends_with_each_run_and_the_gate_between_them(tmp_path: Path) -> None:
+    from tuitrain.metrics.ending import compare_lines
+
+    a = write_run(tmp_path / "a", "completed", "done")
+    b = write_run(tmp_path / "b", "failed", "the loss became NaN")
+    lines = compare_lines([a, b, tmp_path / "none"])
+    assert lines[1].startswith(f"  {a}") and "run completed (done) · steps 200" in lines[1]
+    assert "run failed (the loss became NaN)" in lines[2] and lines[3].endswith("no run")
+    assert f"tuitrain gate {a} {b}" in "\n".join(lines)

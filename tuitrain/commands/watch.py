@@ -257,10 +257,15 @@ def compare(paths: Sequence[Path], poll_s: float) -> int:
         app = CompareApp(sources)
         app.title = f"tuitrain watch --compare {' '.join(map(str, paths))}"
         app.force_exit_s = FORCE_EXIT_S
-        return exit_code(app.run(), app.return_code)
+        code = exit_code(app.run(), app.return_code)
     finally:
         for follower in followers:
             follower.stop()
+    if all(path.name == METRICS_NAME for path in paths):  # the viewer is gone: each run's end
+        from tuitrain.metrics.ending import print_ending
+
+        print_ending(None, compare=[path.parent for path in paths])
+    return code
 
 
 def exit_code(result: int | None, return_code: int | None) -> int:

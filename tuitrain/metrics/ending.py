@@ -57,13 +57,41 @@ def ending_lines(run_dir: str | Path, prog: str = "tuitrain") -> list[str]:
     return [strip_controls(line, one_line=True) for line in lines]
 
 
-def print_ending(run_dir: str | Path | None, prog: str = "tuitrain") -> None:
-    """`ending_lines` on stdout, after the dashboard has gone (nothing for no run dir; a
-    stdout nobody reads any more is no error)."""
-    if run_dir is None or os.environ.get("TEXTUAL_DRIVER"):  # served: stdout was the driver's
+def compare_lines(run_dirs: Sequence[Path], prog: str = "tuitrain watch --compare") -> list[str]:
+    """The ending of a comparison: one line per run (what happened, its figures), then the
+    next commands (the gate between the first two, each run's own view)."""
+    lines = [f"{prog}:"]
+    width = max(len(str(d)) for d in run_dirs)
+    for run_dir in run_dirs:
+        summary = summarize_run(run_dir)
+        if summary is None:
+            lines.append(f"  {str(run_dir):<{width}}  no run")
+            continue
+        end = run_end(run_dir) or {}
+        said = f"{outcome(summary, end)} · {figures(summary, end)}"
+        lines.append(f"  {str(run_dir):<{width}}  {said}")
+    first, second = (shlex.quote(str(d)) for d in run_dirs[:2])
+    lines.append("  next:")
+    lines.append(f"    tuitrain gate {first} {second}  # is the second slower or worse? (CI)")
+    lines.append(f"    tuitrain watch {second}  # one run's own dashboard")
+    return [strip_controls(line, one_line=True) for line in lines]
+
+
+def print_ending(
+    run_dir: str | Path | None, prog: str = "tuitrain", compare: Sequence[Path] = ()
+) -> None:
+    """`ending_lines` (or `compare_lines` for `compare`) on stdout, after the dashboard has
+    gone (nothing for no run dir; a stdout nobody reads any more is no error)."""
+    if os.environ.get("TEXTUAL_DRIVER"):  # served (textual serve): stdout was the driver's
+        return
+    if compare:
+        lines = compare_lines(compare)
+    elif run_dir is not None:
+        lines = ending_lines(run_dir, prog)
+    else:
         return
     with contextlib.suppress(OSError, ValueError):
-        print("\n".join(ending_lines(run_dir, prog)), flush=True)
+        print("\n".join(lines), flush=True)
 
 
 def outcome(summary: RunSummary, end: dict) -> str:
