@@ -239,6 +239,21 @@ def test_a_run_left_open_by_a_hard_exit_gets_the_failure_earlier_ones_keep_their
     assert not (tmp_path / "hard-3").exists()
 
 
+@pytest.mark.slow
+def test_a_run_whose_writer_died_while_the_script_went_on_is_failed(tmp_path: Path) -> None:
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        "import subprocess, sys\nimport tuitrain\n"
+        f"subprocess.run([sys.executable, {KFOLD!r}, '--folds', '1', '--hard', '0'])\n"
+        "run = tuitrain.init()\nrun.log({'loss': 1.0})\nrun.finish()\n"
+    )
+    done = tuitrain_run(tmp_path / "drv", sys.executable, str(driver))
+    assert done.returncode == 0, done.stderr
+    (died,) = ends(tmp_path / "drv")  # the worker's run: os._exit(3), no end of its own
+    assert died["status"] == "failed" and "its writer ended without an end record" in died["reason"]
+    assert [e["status"] for e in ends(tmp_path / "drv-2")] == ["completed"]  # the driver's
+
+
 SYSTEM_EXITS = {
     "raise_message": ('raise SystemExit("bad data")', 1, "failed", "code 1: bad data"),
     "sys_exit_2": ("sys.exit(2)", 2, "failed", "code 2"),

@@ -539,6 +539,14 @@ def ensure_end(
         if signalled and code > 128:
             name = signal.Signals(code - 128).name if code - 128 in signal.valid_signals() else "?"
             status, reason = "stopped", f"the script was ended by {name} (exit code {code})"
+        elif code == 0 and not newest:  # its writer died (os._exit, a killed worker) early
+            status, reason = (
+                "failed",
+                (
+                    "its writer ended without an end record while the script went on (the script"
+                    " exited with code 0)"
+                ),
+            )
         elif code == 0:
             status, reason = (
                 "completed",
