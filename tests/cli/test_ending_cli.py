@@ -110,3 +110,41 @@ def test_a_failed_script_run_ends_with_its_last_output_and_traceback(tmp_path: P
     assert "tuitrain run: run failed" in after, after
     assert "| ValueError: shapes do not match" in after and "| about to fail" in after
     assert f"traceback points at {script}:7 (in main)" in after
+
+
+def test_the_training_dashboard_ends_with_the_run_and_the_next_commands(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"}
+    env.pop("TEXTUAL_DRIVER", None)
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuitrain", "--preset", "fashion-mini", "--max-steps", "4",
+         "--log-every", "2", "--device", "cpu", "--run-dir", str(run),
+         "--set", "data.train_samples=512", "--set", "data.val_samples=256"],
+        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True, cwd=tmp_path,
+    )  # fmt: skip
+    os.close(slave)
+    out = bytearray()
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and proc.poll() is None:
+            read_until(master, out, proc, None, 0.5)
+            metrics = run / "metrics.jsonl"
+            if metrics.is_file() and '"type": "end"' in metrics.read_text():
+                break
+        for _ in range(3):  # q (and whatever a quit asks) until the dashboard has gone
+            if proc.poll() is not None:
+                break
+            os.write(master, b"q")
+            read_until(master, out, proc, None, 3)
+        read_until(master, out, proc, None, 10)
+        code = proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    assert code == 0, bytes(out[-3000:])
+    after = bytes(out[out.rfind(b"\x1b[?1049l") :]).decode(errors="replace")
+    assert "tuitrain: run completed" in after and "steps 4 · best val_acc" in after, after
+    assert f"tuitrain watch {run}" in after and "checkpoints/" in after
