@@ -198,3 +198,19 @@ def test_the_report_ends_with_the_next_commands_for_its_verdict() -> None:
     r.per_epoch = [EpochRow(1, 0.810, 0.809, 0.5, 0.5)]  # PASS, nothing paired: no note
     r.paired = None
     assert next_lines(r, args)[1].endswith("# the same check again")
+
+
+def test_parity_log_lines_say_when() -> None:
+    import io
+    import re
+
+    from tuitrain.commands.parity import TaggedLineSink
+    from tuitrain.metrics.records import event_record
+
+    out = io.StringIO()
+    sink = TaggedLineSink(out)
+    sink.write({**event_record("fp32 run starts", kind="parity"), "run": "fp32"})
+    sink.write(event_record("parity PASS", kind="parity"))
+    first, second = out.getvalue().splitlines()
+    assert re.fullmatch(r"\d\d:\d\d:\d\d \[fp32\] fp32 run starts", first)
+    assert re.fullmatch(r"\d\d:\d\d:\d\d \[parity\] parity PASS", second)

@@ -21,7 +21,7 @@ from typing import IO, TYPE_CHECKING, Any
 from tuitrain.core.config import DEFAULT_PRESET, Config, load_preset, overrides_from
 from tuitrain.core.errors import EXIT_FAILED, OneLineParser, UserError
 from tuitrain.metrics.format import format_record
-from tuitrain.metrics.sinks import Sink
+from tuitrain.metrics.sinks import Sink, console_clock
 
 if TYPE_CHECKING:
     from tuitrain.metrics.parity_report import ParityResult
@@ -178,7 +178,8 @@ def run_parity(cfg: Config, args: argparse.Namespace) -> int:
 
 
 class TaggedLineSink(Sink):
-    """Engine records as human lines, each prefixed with its run: `[fp32] step 20 | ...`."""
+    """Engine records as human lines, each prefixed with its time and run: `19:02:11 [fp32]
+    step 20 | ...`."""
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream = stream
@@ -189,7 +190,7 @@ class TaggedLineSink(Sink):
             return
         run = record.get("run")
         tag = f"[{run}{' early' if record.get('early') else ''}] " if run else "[parity] "
-        self.stream.write(tag + line + "\n")
+        self.stream.write(f"{console_clock(record)} {tag}{line}\n")  # when, as --no-ui says
         if record.get("traceback"):  # a bug in a run: the details belong in the log
             self.stream.write(str(record["traceback"]).rstrip() + "\n")
         self.stream.flush()
