@@ -299,7 +299,7 @@ def test_a_system_exit_the_client_cannot_read_is_settled_by_tuitrain_run(tmp_pat
     (made,) = (tmp_path / "runs").iterdir()
     (end,) = ends(made)  # raised inside a function: the client cannot tell its code
     assert end["status"] == "failed" and end["exit_code"] is None
-    assert "SystemExit (ends.py:7)" in end["reason"]
+    assert "ended at ends.py:7 without returning" in end["reason"]
     hosted = tuitrain_run(tmp_path / "hosted", sys.executable, str(script))
     assert hosted.returncode == 0, hosted.stderr
     told = ends(tmp_path / "hosted")

@@ -496,8 +496,11 @@ class Run:
         if code:
             return "failed", f"the script exited with code {code}{said}"
         if self._exit_unknown and exit_code is None:
-            return "failed", (f"the script ended by SystemExit ({self._exit_unknown}); its exit"
-                              " code could not be read here")  # fmt: skip
+            return "failed", (
+                f"the script's top level ended at {self._exit_unknown} without returning (a"
+                " SystemExit raised in a function, or an exception another excepthook took);"
+                " its exit code could not be read here"
+            )
         return "completed", "finish() called" if exit_code is not None else "finished"
 
     def __enter__(self) -> Run:
