@@ -62,3 +62,19 @@ def test_failed_run_160x48(snap_compare) -> None:  # noqa: ANN001 - fixture
 def test_help_screen_120x36(snap_compare) -> None:  # noqa: ANN001 - fixture
     app = TuitrainApp(store=filled_store())
     assert snap_compare(app, terminal_size=(120, 36), press=["question_mark"], run_before=settle)
+
+
+def test_script_run_100x30(snap_compare) -> None:  # noqa: ANN001 - fixture
+    """A script's run: Config, Summary and its own metrics; steps/s; no engine panels."""
+    from tests.ui.fake_records import script_records, store_of
+
+    app = TuitrainApp(store=store_of(script_records()))
+    assert snap_compare(app, terminal_size=(100, 30), run_before=settle)
+
+
+def test_charlm_run_80x24(snap_compare) -> None:  # noqa: ANN001 - fixture
+    """A language model's run: tokens/s, the val loss in nats/char, the sample's lines."""
+    from tests.ui.fake_records import charlm_records, store_of
+
+    app = TuitrainApp(store=store_of(charlm_records()))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=settle)

@@ -174,25 +174,45 @@ def spark_range(values: Sequence[float]) -> tuple[float, float] | None:
 
 
 def spark_bars(values: Sequence[float], width: int) -> str:
-    """`values` as `width` cells of block characters (each cell the mean of its share of the
-    values; a blank where none is finite), scaled by `spark_range`."""
+    """A one-line sparkline: `spark_rows` of height 1."""
+    return spark_rows(values, width, 1)[0] if width > 0 else ""
+
+
+def spark_rows(values: Sequence[float], width: int, height: int) -> list[str]:
+    """`values` as `height` lines of `width` block characters, top line first (each cell the
+    mean of its share of the values, or the value it falls on when there are fewer values
+    than cells; blank where none is finite), scaled by `spark_range`."""
+    height = max(1, height)
     if width <= 0:
-        return ""
+        return [""] * height
     bounds = spark_range(values)
     if bounds is None:
-        return " " * width
+        return [" " * width] * height
     lo, hi = bounds
-    n = len(values)
-    cells = []
-    for i in range(min(width, n)):
-        chunk = values[i * n // min(width, n) : (i + 1) * n // min(width, n)]
-        finite = [v for v in chunk if math.isfinite(v)]
+    n, eighths = len(values), len(SPARK_BARS) * height
+    levels: list[int] = []  # eighths of the height filled, 1.., 0 for no value
+    for i in range(width):  # fewer values than cells: each value stretched over a few
+        start = i * n // width
+        finite = [
+            v for v in values[start : max(start + 1, (i + 1) * n // width)] if math.isfinite(v)
+        ]
         if not finite:
-            cells.append(" ")
+            levels.append(0)
             continue
-        level = (sum(finite) / len(finite) - lo) / (hi - lo)
-        cells.append(SPARK_BARS[max(0, min(len(SPARK_BARS) - 1, int(level * len(SPARK_BARS))))])
-    return "".join(cells).ljust(width)
+        share = (sum(finite) / len(finite) - lo) / (hi - lo)
+        levels.append(max(1, min(eighths, int(share * eighths) + 1)))
+    rows = []
+    for row in range(height):
+        base = (height - 1 - row) * len(SPARK_BARS)
+        cells = []
+        for level in levels:
+            filled = level - base
+            if filled <= 0:
+                cells.append(" ")
+            else:
+                cells.append(SPARK_BARS[min(filled, len(SPARK_BARS)) - 1])
+        rows.append("".join(cells))
+    return rows
 
 
 # ------------------------------------------------------------------------------ script runs

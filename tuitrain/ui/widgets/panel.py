@@ -22,7 +22,7 @@ from textual.widgets import Sparkline, Static
 
 from tuitrain.core.text import strip_controls
 from tuitrain.metrics.store import Series, Snapshot
-from tuitrain.ui.panels import spark_bars
+from tuitrain.ui.panels import spark_rows
 from tuitrain.ui.view import Frame
 from tuitrain.ui.widgets.chart import Line, MetricChart
 
@@ -93,12 +93,12 @@ def unwrapped_height(summary: Static, width: int) -> int:
 
 
 class ScaledSparkline(Sparkline):
-    """A one-line sparkline whose range is at least a tenth of its values' magnitude
+    """A sparkline whose range is at least a tenth of its values' magnitude
     (`tuitrain.ui.panels.spark_range`): Textual's own scales min..max, so a 1% wobble of the
     throughput filled the whole height."""
 
     def render(self) -> RenderResult:
-        bars = spark_bars(list(self.data or ()), self.size.width)
+        bars = "\n".join(spark_rows(list(self.data or ()), self.size.width, self.size.height))
         color = self.app.theme_variables.get("primary")
         return Text(bars, style=RichStyle(color=color) if color else "")
 
