@@ -65,7 +65,7 @@ async def test_panels_show_values(ui_overrides: Callable[..., list[str]]) -> Non
         # in tests/engine/test_trainer.py); the panel names what the run actually used
         precision = make_precision("auto", torch.device("cpu")).name
         assert (app.store.snapshot().header or {}).get("precision") == precision
-        assert f"no GradScaler with {precision}" in summary(app, "scaler")
+        assert f"no GradScaler with {precision}" in summary(app, "metrics")  # in its place
         wait = summary(app, "datawait")  # the verdict depends on the machine's load
         assert "%" in wait and any(v in wait for v in ("· ok", "· warning", "· input-bound"))
         assert "fashion_cnn" in summary(app, "overview")
@@ -167,7 +167,7 @@ async def test_preset_switch_restarts(
         assert second_dir is not None and second_dir != first.run_dir and second_dir.is_dir()
         assert (second_dir / "config.toml").is_file()
         await wait_for(pilot, lambda: "tiny-fp32" in text_of(app.query_one(StatusBar)))
-        await wait_for(pilot, lambda: "no GradScaler with fp32" in summary(app, "scaler"))
+        await wait_for(pilot, lambda: "no GradScaler with fp32" in summary(app, "metrics"))
         await pilot.press("q", "q")
         await wait_for(pilot, lambda: not app.is_running, what="the exit")
     assert end_record(first.run_dir)["status"] == "stopped"
