@@ -92,7 +92,8 @@ class ScriptApp(TuitrainApp):
         script.listen(self.lines.put)  # the pump thread never waits for the UI
 
     def on_mount(self) -> None:
-        super().on_mount()
+        # No super().on_mount(): Textual calls every class's on_mount itself (this one
+        # first); calling it here too ran the dashboard's twice (its timers, its badge).
         self.output_log = OutputLog()
         self.mount(self.output_log, before=self.footer)
         self.screen.add_class("-has-output")  # the compact layout leaves it room

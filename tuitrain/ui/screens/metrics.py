@@ -27,7 +27,7 @@ from textual.widgets import Footer, Input, Static
 
 from tuitrain.metrics.store import Snapshot
 from tuitrain.ui.panels import all_metric_specs, metric_text, metric_unit
-from tuitrain.ui.widgets.chart import Line, MetricChart, log_title
+from tuitrain.ui.widgets.chart import Line, MetricChart, format_tick, log_title
 from tuitrain.ui.widgets.panel import esc
 
 MAX_CHARTS = 30  # more metrics than this: the first ones, and the filter narrows the rest
@@ -144,7 +144,12 @@ class MetricsScreen(Screen[None]):
             chart.log_y = self.log_y
             xs, ys = series.decimate(max(chart.plot_columns(), 1))
             color = "warning" if name.startswith("val_") else "primary"
-            chart.draw([Line(xs, ys, color=color, scatter=name.startswith("val_"))])
+            line = Line(xs, ys, color=color, scatter=name.startswith("val_"))
+            if spec["format"] == "pct":  # a share: drawn and labelled in percent
+                line = Line(xs, [y * 100 for y in ys], line.color, line.scatter)
+                chart.draw([line], yfmt=lambda t: f"{format_tick(t)}%")
+            else:
+                chart.draw([line])
 
     def action_filter(self) -> None:
         box = self.query_one("#metrics-filter", Input)

@@ -179,7 +179,10 @@ def format_tick(value: float) -> str:
         return "0"
     mag = abs(value)
     if not math.isfinite(value) or mag >= 1e7 or mag < 1e-4:
-        return f"{value:.2g}"  # 1.2e+07, 5e-324: short whatever the magnitude
+        # 1.2e7, 1.25e9, 5e-324: short whatever the magnitude, yet three significant digits,
+        # so that neighbouring ticks (1.2e9, 1.25e9) do not read the same
+        mantissa, _, exponent = f"{value:.3g}".partition("e")
+        return f"{mantissa}e{int(exponent)}" if exponent else mantissa
     if mag >= 10_000:
         return f"{value / 1000:.0f}k"
     if mag >= 1000:
