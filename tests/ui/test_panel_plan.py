@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from tests.ui.fake_records import charlm_records, filled_store, script_records, store_of
 from tuitrain.metrics.records import eval_record
 from tuitrain.metrics.store import Snapshot
@@ -18,6 +20,10 @@ from tuitrain.ui.panels import (
     summary_items,
     throughput_unit,
 )
+
+
+def plain(markup: str) -> str:
+    return re.sub(r"\[[^\]]*\]", "", markup)
 
 
 def names(specs: list[dict]) -> list[str]:
@@ -121,3 +127,26 @@ def test_an_empty_snapshot_has_no_metrics() -> None:
     snap = Snapshot()
     assert all_metric_specs(snap) == [] and panel_metric_specs(snap) == []
     assert summary_items(snap) == [] and config_items(None) == []
+
+
+def test_a_language_model_speaks_tokens_before_its_first_log_point() -> None:
+    snap = store_of(charlm_records()[:1]).snapshot()  # the header only
+    assert throughput_unit(snap) == "tokens"
+
+
+def test_a_sign_of_life_before_the_first_log_point() -> None:
+    from tuitrain.ui.view import Frame, StepClock
+    from tuitrain.ui.widgets.status import StatusBar
+
+    clock = StepClock()
+    assert clock.seconds_per_step(0, now=100.0) is None  # the first look
+    assert clock.seconds_per_step(0, now=160.0) is None  # no step finished yet
+    assert clock.seconds_per_step(8, now=160.0) == 7.5
+    assert clock.seconds_per_step(0, now=200.0) is None  # a new run starts over
+    header_only = store_of(charlm_records()[:1]).snapshot()
+    line = plain(StatusBar().progress_line(Frame(header_only, live_step=8, live_step_s=7.5)))
+    assert "step 8/150 (7.50 s/step)" in line
+    assert "ETA 17:45" in line  # 142 steps to go at 7.5 s: not a dash
+    script = store_of(script_records()).snapshot()
+    line = plain(StatusBar().progress_line(Frame(script)))
+    assert "step 199" in line and "epoch" not in line and "ETA" not in line  # no total

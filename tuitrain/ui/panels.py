@@ -57,7 +57,9 @@ def throughput_unit(snap: Snapshot) -> str:
     """What the run's throughput is counted in: tokens (a task that counts them, such as a
     language model), samples (the engine's runs), or steps (a script: its batch is unknown)."""
     latest = snap.latest or {}
-    if len(snap.get("tokens_per_s")) or latest.get("tokens_per_s") is not None:
+    task = (snap.header or {}).get("task")
+    counts_tokens = isinstance(task, Mapping) and task.get("tokens") is True
+    if counts_tokens or len(snap.get("tokens_per_s")) or latest.get("tokens_per_s") is not None:
         return "tokens"
     if len(snap.get("samples_per_s")) or latest.get("samples_per_s") is not None:
         return "samples"
