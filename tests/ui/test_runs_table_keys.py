@@ -9,6 +9,7 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
 from tuitrain.commands.runs import RunRow
+from tuitrain.ui import runs_app
 from tuitrain.ui.runs_app import RunsApp
 
 
@@ -46,7 +47,10 @@ def added(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return keys
 
 
-async def test_keys_add_only_the_rows_a_new_filter_keeps(added: list[str]) -> None:
+async def test_keys_add_only_the_rows_a_new_filter_keeps(
+    added: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runs_app, "FILTER_DELAY_S", 600)  # as you type: only Enter applies
     app = RunsApp(rows(40))
     async with app.run_test(size=(140, 30)) as pilot:
         assert len(added) == 40 and on_screen(app) == [r.run_dir for r in app.rows]

@@ -11,9 +11,11 @@ preset or task, steps (the contract's valid steps), best primary metric (over th
 evaluations in the tail, by the header's declared mode), median samples/s (tokens/s where
 recorded) over the tail's log points, duration, start time.
 
-In a terminal: a table (`s` sorts by the next column, `/` filters by text, Enter opens `watch`
-on the highlighted run, space marks runs and `c` compares the marked ones, 2 to 8). `--json`
-prints a JSON array; without a terminal, a plain table.
+In a terminal: a table (`s` sorts by the next column, `/` filters by text as you type, Enter
+opens `watch` on the highlighted run, space marks runs and `c` compares the marked ones, 2 to
+8). Escape or `q` in the view it opened brings the table back (its runs read again, marks,
+filter, sort and highlighted run kept); `q` at the table leaves. `--json` prints a JSON array;
+without a terminal, a plain table.
 """
 
 from __future__ import annotations
@@ -102,19 +104,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     if can_draw_ui() or not rows:  # the check every command makes before its UI
         print(plain_table(rows) if rows else f"no runs in {args.folder}")
         return 0
-    from tuitrain.ui.runs_app import RunsApp
-
-    app = RunsApp(rows)
-    code = app.run()
-    if app.signal_exit_code is not None:  # SIGTERM, SIGINT, SIGHUP (a terminal gone)
-        return app.signal_exit_code
-    choice = app.choice
-    if not choice:
-        return code or 0
     from tuitrain.commands.watch import main as watch_main
+    from tuitrain.ui.runs_app import RunsApp, TableState
 
-    kind, paths = choice
-    return watch_main(watch_args(kind, paths))
+    state = TableState()
+    while True:
+        app = RunsApp(rows, state)
+        code = app.run()
+        if app.signal_exit_code is not None:  # SIGTERM, SIGINT, SIGHUP (a terminal gone)
+            return app.signal_exit_code
+        choice = app.choice
+        if not choice:
+            return code or 0
+        state = app.kept or state
+        kind, paths = choice
+        code = watch_main(watch_args(kind, paths), back_to="runs")
+        if code:  # a signal's code (the terminal gone...), or the run could not be opened
+            return code
+        try:  # back to the table: the runs as they are now
+            rows = list_runs(Path(args.folder))
+        except UserError as exc:
+            print(f"tuitrain runs: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if not rows:
+            return 0
 
 
 def watch_args(kind: str, paths: Sequence[str]) -> list[str]:

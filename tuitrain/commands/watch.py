@@ -180,7 +180,9 @@ def looks_like_a_record(first_line: bytes) -> bool:
     return isinstance(rec, dict) and "type" in rec
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, back_to: str | None = None) -> int:
+    """`back_to`: the view was opened from that table (`tuitrain runs`): Escape closes it
+    too, and the table comes back."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.compare is not None:  # the positional RUNs after --compare's own (or after --)
@@ -204,16 +206,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.compare:
             paths = [check_target(t, strict=True) for t in args.compare]
             check_terminal()
-            return compare(paths, args.poll)
+            return compare(paths, args.poll, back_to)
         path = check_target(args.target, strict=False)
         check_terminal()
-        return watch_one(path, args.poll)
+        return watch_one(path, args.poll, back_to)
     except WatchError as exc:
         print(f"tuitrain watch: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
 
-def watch_one(path: Path, poll_s: float) -> int:
+def watch_one(path: Path, poll_s: float, back_to: str | None = None) -> int:
     from tuitrain.metrics import MetricStore
     from tuitrain.metrics.follow import JsonlFollower
 
@@ -230,17 +232,18 @@ def watch_one(path: Path, poll_s: float) -> int:
         app.title = f"tuitrain watch {path}"
         app.watched_path = path  # a run that goes silent without an end record is flagged
         app.force_exit_s = FORCE_EXIT_S  # this process ends with the viewer
+        app.back_to = back_to  # opened from `tuitrain runs`: Escape goes back to it
         code = exit_code(app.run(), app.return_code)
     finally:
         follower.stop()
-    if path.name == METRICS_NAME:  # the viewer is gone: what the run did, what next
+    if path.name == METRICS_NAME and back_to is None:  # the viewer is gone: what happened
         from tuitrain.metrics.ending import print_ending
 
         print_ending(path.parent, "tuitrain watch")
     return code
 
 
-def compare(paths: Sequence[Path], poll_s: float) -> int:
+def compare(paths: Sequence[Path], poll_s: float, back_to: str | None = None) -> int:
     from tuitrain.metrics import MetricStore
     from tuitrain.metrics.follow import JsonlFollower
     from tuitrain.ui.compare import COLORS, NAMES, CompareApp, Source
@@ -257,6 +260,7 @@ def compare(paths: Sequence[Path], poll_s: float) -> int:
         app = CompareApp(sources)
         app.title = f"tuitrain watch --compare {' '.join(map(str, paths))}"
         app.force_exit_s = FORCE_EXIT_S
+        app.back_to = back_to
         code = exit_code(app.run(), app.return_code)
     finally:
         for follower in followers:

@@ -367,6 +367,7 @@ class RunSummary:
     tokens_per_s: float | None
     duration_s: float | None
     started: str | None
+    best_mode: str = "max"  # the best metric's declared goal: "max" (accuracy) or "min" (loss)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -441,6 +442,7 @@ def summarize_run(run_dir: Path) -> RunSummary | None:
         tokens_per_s=_median([r.get("tokens_per_s") for r in trains]),
         duration_s=float(duration) if duration is not None else None,
         started=started,
+        best_mode="max" if task["mode"] == "max" else "min",
     )
 
 

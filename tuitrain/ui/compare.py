@@ -42,6 +42,7 @@ from tuitrain.ui.view import (
     smoothed_series,
     writer_dead,
 )
+from tuitrain.ui.viewing import ViewingBadge
 from tuitrain.ui.widgets.chart import Line, MetricChart, format_tick, log_title
 from tuitrain.ui.widgets.panel import esc as escape
 from tuitrain.ui.widgets.panel import same_objects
@@ -291,6 +292,7 @@ class CompareApp(StoppingApp):
         Binding("l", "toggle_log_y", "Log y", tooltip="Loss chart: log-scale y axis, or linear"),
         Binding("question_mark", "help", "Help", tooltip="These keys and what the columns mean"),
         Binding("h,f1", "help", "Help", show=False, tooltip="These keys and what the columns mean"),
+        Binding("escape", "back_to_runs", "Back", tooltip="Back to the runs table"),
         Binding("q", "quit", "Quit", tooltip="Close the viewer (the runs are not touched)"),
         Binding("ctrl+q", "quit", "Quit", show=False, priority=True, tooltip="Close the viewer"),
     ]
@@ -311,6 +313,7 @@ class CompareApp(StoppingApp):
         self.charts.append(OverlayChart(key, f"{key}, per evaluation", smooth=False,
                                         id="metric-chart"))  # fmt: skip
         self._text: tuple[str, str] | None = None
+        self.back_to: str | None = None  # opened from `tuitrain runs`: escape goes back
 
     def compose(self) -> ComposeResult:
         yield self.table
@@ -322,10 +325,25 @@ class CompareApp(StoppingApp):
     def on_mount(self) -> None:
         self.set_interval(TEXT_INTERVAL_S, self.poll_text)
         self.set_interval(PLOT_INTERVAL_S, self.poll_plots)
+        self.badge = ViewingBadge("VIEWING", id="viewing")  # it reads runs, steers none
+        self.screen.mount(self.badge)
         self.call_after_refresh(self.poll_all)
 
     def on_resize(self, event: events.Resize) -> None:
+        if hasattr(self, "badge"):  # in the footer's row, left of the palette's hint
+            self.badge.place(event.size.width, event.size.height - 1, margin=12)
         self.call_after_refresh(self.poll_all)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return action != "back_to_runs" or self.back_to is not None
+
+    def offered(self) -> list[Binding]:
+        """The bindings that act (help and the palette list them)."""
+        return [b for b in Binding.make_bindings(self.BINDINGS) if self.check_action(b.action, ())]
+
+    def action_back_to_runs(self) -> None:
+        if self.back_to is not None:
+            self.exit(0)
 
     def primary_key(self) -> str:
         header = self.sources[0].store.snapshot().header
@@ -369,9 +387,9 @@ class CompareApp(StoppingApp):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """The command palette lists every key's action too (as the dashboard's does)."""
         yield from super().get_system_commands(screen)
-        yield from binding_commands(self, self.BINDINGS)
+        yield from binding_commands(self, self.offered())
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             notes = COLUMNS.format(w=LOSS_SMOOTHING)
-            self.push_screen(HelpScreen(self.BINDINGS, "tuitrain watch --compare · keys", notes))
+            self.push_screen(HelpScreen(self.offered(), "tuitrain watch --compare · keys", notes))

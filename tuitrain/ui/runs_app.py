@@ -1,8 +1,13 @@
 """The table of `tuitrain runs` in a terminal: sort (`s` cycles the column), filter (`/`),
 Enter opens `watch` on the highlighted run, space marks runs, `c` compares the marked ones
-(2 to 8).
+(2 to 8). The view it opens comes back to this table on Escape or `q`, with the marks, the
+filter, the sort and the highlighted run kept (`TableState`; `tuitrain.commands.runs`).
 
-The filter is literal text (any column, case-insensitive), applied on Enter. Keys cost what
+The filter is literal text (any column, case-insensitive), applied as you type (after a
+pause of FILTER_DELAY_S: a burst of keys is one refill; Enter applies it at once and goes
+back to the table, Escape closes the box and keeps it, Escape at the table clears it).
+Sorting by best puts each metric's best run first, by the mode its header declares (min for
+a loss, max for an accuracy); runs of different metrics are grouped by metric. Keys cost what
 they change, not the table's size: space updates one cell, `s` reorders the rows the table
 holds, and rows are added again only when the filter changed which runs are shown; each
 run's cells are made once (`bench/runs_keys.py`: 10,000 runs). Enter opens `watch` with the
@@ -11,11 +16,13 @@ paths after `--`: a run named `-h` is a run, not an option."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.coordinate import Coordinate
+from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static
 
 from tuitrain.core.text import strip_controls
@@ -25,17 +32,38 @@ from tuitrain.ui.stopping import StoppingApp
 from tuitrain.ui.widgets.panel import esc
 
 MAX_FILTER = 200  # characters of filter text
+FILTER_DELAY_S = 0.12  # the filter applies once typing pauses this long
+
+
+def best_first(row: RunRow) -> tuple[bool, str, float]:
+    """The sort key of the best column: runs with a best value first, grouped by metric,
+    the best (by the metric's declared mode) first within each group."""
+    if row.best is None:
+        return (True, "", 0.0)
+    mode = row.best_mode
+    return (False, row.best_metric or "", -row.best if mode == "max" else row.best)
+
 
 SORT_KEYS = {
     "run": lambda r: r.name,
     "status": lambda r: r.status,
     "preset": lambda r: r.preset or "",
     "steps": lambda r: r.steps or 0,
-    "best": lambda r: r.best if r.best is not None else float("-inf"),
+    "best": best_first,
     "throughput": lambda r: r.tokens_per_s or r.samples_per_s or 0.0,
     "duration": lambda r: r.duration_s or 0.0,
     "started": lambda r: r.started or "",
 }
+
+
+@dataclass
+class TableState:
+    """What the table keeps while a view it opened is on screen."""
+
+    marked: set[str] = field(default_factory=set)
+    pattern: str = ""
+    sort_column: int = -1
+    cursor: str | None = None  # the highlighted run's dir
 
 
 class RunsApp(StoppingApp):
@@ -55,10 +83,11 @@ class RunsApp(StoppingApp):
         Binding("c", "compare", "Compare marked"),
         Binding("s", "sort", "Sort"),
         Binding("slash", "filter", "Filter"),
+        Binding("escape", "escape", "Clear filter"),
         Binding("q", "quit", "Quit"),
     ]
 
-    def __init__(self, rows: Sequence[RunRow]) -> None:
+    def __init__(self, rows: Sequence[RunRow], state: TableState | None = None) -> None:
         super().__init__()
         # what to open once the table closes: ("watch" | "compare", run dirs); None after q
         # or a stop signal (SIGTERM, SIGINT, SIGHUP: `StoppingApp`, the other apps' handling)
@@ -69,6 +98,14 @@ class RunsApp(StoppingApp):
         self.pattern = ""
         self.sort_column = -1  # newest first, as listed
         self.shown: list[RunRow] = []
+        self._filter_timer: Timer | None = None  # the pending as-you-type refill
+        self.restore = state or TableState()
+        self.kept: TableState | None = None  # the state when a view was chosen (state())
+        self.marked = {m for m in self.restore.marked if m in self.by_dir}
+        self.pattern = self.restore.pattern[:MAX_FILTER]
+        self.sort_column = (
+            self.restore.sort_column if -1 <= self.restore.sort_column < len(COLUMNS) else -1
+        )
         # Each row's cells, made once: (the cells as Text, its text for the filter).
         self._cells: dict[str, tuple[list[Text], str]] = {}
         self._name_cell: dict[int, str] = {}  # id of a row's name cell -> its run dir
@@ -89,7 +126,25 @@ class RunsApp(StoppingApp):
             table.add_column(" ", key="mark")
             for name in COLUMNS:
                 table.add_column(name, key=name)
+        if self.pattern:
+            self.query_one("#filter", Input).value = self.pattern
         self.refill()
+        self.table.focus()  # the filter's table when a filter came back (AUTO_FOCUS: #all)
+        if self.restore.cursor in {r.run_dir for r in self.shown}:
+            keys = [r.run_dir for r in self.shown]
+            self.table.move_cursor(row=keys.index(self.restore.cursor))
+
+    def state(self) -> TableState:
+        """What to keep for the next table (after the view it opens closes)."""
+        row = self.current()
+        return TableState(
+            set(self.marked), self.pattern, self.sort_column, row.run_dir if row else None
+        )
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "escape":  # offered while there is a filter to clear or a box to close
+            return bool(self.pattern) or self.query_one("#filter", Input).has_class("-open")
+        return True
 
     @property
     def table(self) -> DataTable[object]:
@@ -111,7 +166,8 @@ class RunsApp(StoppingApp):
         rows = [r for r in self.rows if not pattern or pattern in self.row_cells(r)[1]]
         if self.sort_column >= 0:
             column = COLUMNS[self.sort_column]
-            rows.sort(key=SORT_KEYS[column], reverse=column not in ("run", "status", "preset"))
+            ascending = ("run", "status", "preset", "best")  # best: best_first's order
+            rows.sort(key=SORT_KEYS[column], reverse=column not in ascending)
         return rows
 
     def refill(self) -> None:
@@ -161,6 +217,7 @@ class RunsApp(StoppingApp):
         row = self.current()
         if row is not None:
             self.choice = ("watch", [row.run_dir])
+            self.kept = self.state()
             self.exit(0)
 
     def action_mark(self) -> None:
@@ -183,6 +240,7 @@ class RunsApp(StoppingApp):
                         severity="warning")  # fmt: skip
             return
         self.choice = ("compare", marked)
+        self.kept = self.state()
         self.exit(0)
 
     def action_sort(self) -> None:
@@ -193,9 +251,38 @@ class RunsApp(StoppingApp):
         box = self.query_one("#filter", Input)
         box.add_class("-open")
         box.focus()
+        self.refresh_bindings()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        """As you type: refill once the keys pause (a burst is one refill)."""
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+        self._filter_timer = self.set_timer(FILTER_DELAY_S, self.apply_filter)
+
+    def apply_filter(self) -> None:
+        self._filter_timer = None
+        pattern = self.query_one("#filter", Input).value.strip()[:MAX_FILTER]
+        if pattern != self.pattern:
+            self.pattern = pattern
+            self.refill()
+        self.refresh_bindings()
+
+    def close_filter(self) -> None:
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+        self.apply_filter()
+        self.query_one("#filter", Input).remove_class("-open")
+        self.table.focus()
+        self.refresh_bindings()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.pattern = event.value.strip()[:MAX_FILTER]
-        event.input.remove_class("-open")
-        self.refill()
-        self.table.focus()
+        self.close_filter()
+
+    def action_escape(self) -> None:
+        """The box open: close it (the filter stays); else clear the filter."""
+        box = self.query_one("#filter", Input)
+        if box.has_class("-open"):
+            self.close_filter()
+        elif self.pattern:
+            box.value = ""
+            self.close_filter()

@@ -28,8 +28,13 @@ STEER_ACTIONS = frozenset({"toggle_pause", "checkpoint", "profile", "stop_run"})
 class ViewingBadge(Static):
     """` VIEWING ` at the top right: this dashboard watches records, it does not host."""
 
+    SCOPED_CSS = False  # the screen's layers too: the badge draws above docked widgets
     DEFAULT_CSS = """
+    Screen {
+        layers: default viewing;
+    }
     ViewingBadge {
+        layer: viewing;
         position: absolute;
         width: auto;
         height: 1;
@@ -47,10 +52,11 @@ class ViewingBadge(Static):
         self.set_class(steer, "-steer")
         self.update("VIEWING · steers run" if steer else "VIEWING")
 
-    def place(self, width: int) -> None:
-        """At the right end of the first row (`position: absolute` takes an offset)."""
+    def place(self, width: int, row: int = 0, margin: int = 0) -> None:
+        """At the right end of `row`, `margin` cells from the edge (`position: absolute`
+        takes an offset from the screen's top left)."""
         shown = len(str(self.visual)) + 2 if self.visual is not None else 9
-        self.styles.offset = (max(0, width - shown), 0)
+        self.styles.offset = (max(0, width - shown - margin), row)
 
 
 class Steering:
