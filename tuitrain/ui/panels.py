@@ -180,14 +180,22 @@ def spark_bars(values: Sequence[float], width: int) -> str:
     return spark_rows(values, width, 1)[0] if width > 0 else ""
 
 
-def spark_rows(values: Sequence[float], width: int, height: int) -> list[str]:
+def spark_rows(
+    values: Sequence[float],
+    width: int,
+    height: int,
+    floor: tuple[float, float] | None = None,
+) -> list[str]:
     """`values` as `height` lines of `width` block characters, top line first (each cell the
     mean of its share of the values, or the value it falls on when there are fewer values
-    than cells; blank where none is finite), scaled by `spark_range`."""
+    than cells; blank where none is finite), scaled by `spark_range`, or at least over
+    `floor` (a share's 0 to 25%: a data wait of 0.04% is no half-full bar)."""
     height = max(1, height)
     if width <= 0:
         return [""] * height
     bounds = spark_range(values)
+    if bounds is not None and floor is not None:
+        bounds = min(bounds[0], floor[0]), max(bounds[1], floor[1])
     if bounds is None:
         return [" " * width] * height
     lo, hi = bounds

@@ -44,4 +44,5 @@ class DataWaitPanel(Panel):
         )
 
     def spark_series(self, snap: Snapshot) -> Series:
+        self.spark.floor = (0.0, 0.25)  # as the chart: 0 to 25% at least
         return snap.get("data_wait_frac")

@@ -13,7 +13,13 @@ from typing import Any
 from tuitrain.metrics.format import DASH, format_value
 from tuitrain.metrics.records import task_declaration
 from tuitrain.metrics.store import Series, Snapshot
-from tuitrain.ui.panels import declared_metrics, eval_label, metric_spec, metric_unit
+from tuitrain.ui.panels import (
+    declared_metrics,
+    eval_label,
+    is_script_run,
+    metric_spec,
+    metric_unit,
+)
 from tuitrain.ui.view import Frame, smoothed_series
 from tuitrain.ui.widgets.chart import Line, log_title
 from tuitrain.ui.widgets.panel import Panel, esc
@@ -95,7 +101,8 @@ class LossPanel(Panel):
             line1 += f" [$foreground-muted]· floor {floor:.3f} (smoothing)[/]"
         ev = snap.last_eval
         if ev is None:
-            return line1 + "\n[$warning]val[/] [$foreground-muted]after the first epoch[/]"
+            first = "evaluation" if is_script_run(snap.header) else "epoch"
+            return line1 + f"\n[$warning]val[/] [$foreground-muted]after the first {first}[/]"
         shown = shown_metric(snap)
         metric = ""
         if shown is not None:

@@ -97,8 +97,11 @@ class ScaledSparkline(Sparkline):
     (`tuitrain.ui.panels.spark_range`): Textual's own scales min..max, so a 1% wobble of the
     throughput filled the whole height."""
 
+    floor: tuple[float, float] | None = None  # the least range drawn (a panel's own scale)
+
     def render(self) -> RenderResult:
-        bars = "\n".join(spark_rows(list(self.data or ()), self.size.width, self.size.height))
+        width, height = self.size
+        bars = "\n".join(spark_rows(list(self.data or ()), width, height, self.floor))
         color = self.app.theme_variables.get("primary")
         return Text(bars, style=RichStyle(color=color) if color else "")
 
