@@ -115,3 +115,21 @@ async def test_watch_shows_a_tuitrain_run_dirs_output(tmp_path: Path, size) -> N
         assert pane.region.height >= 4 and pane.region.bottom <= size[1] - 1  # drawn, on screen
         lines = [strip.text.strip() for strip in app.output_log.lines]
     assert lines[-1] == "appended later" and "line 49" in lines
+
+
+def test_a_watched_sample_sits_after_its_evaluation() -> None:
+    """Read from a file (no arrival stamps), a sample event without a step goes by the step
+    its message names: after that step's evaluation, before the next one."""
+    from tuitrain.ui.widgets.events import ordered_records
+
+    store = MetricStore()
+    for rec in charlm_records():
+        store.push(rec)  # as watch reads a file: no arrival stamp
+    kinds = [
+        (r.get("type"), r.get("step") or r.get("message", "")[:19])
+        for r in ordered_records(store.snapshot())
+    ]
+    assert kinds == [
+        ("eval", 40), ("event", "sample at step 40: "), ("eval", 80),
+        ("event", "sample at step 80: "), ("eval", 120), ("event", "sample at step 120:"),
+    ]  # fmt: skip

@@ -7,6 +7,7 @@ happened; only records not yet shown are written (the log is append-only).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.console import RenderableType
@@ -35,6 +36,7 @@ LEVEL_MARK["error"] = ("✖", "error")
 LEVEL_MARK["traceback"] = (" ", "foreground-darken-2")
 LEVEL_MARK["sample"] = ("│", "secondary")
 MAX_SAMPLE_LINES = 40
+SAMPLE_STEP = re.compile(r"sample at step (\d{1,19}):")  # the step a sample's message names
 MAX_BURST = 200  # more new records at once (watch opening a long run): the newest only
 
 
@@ -43,14 +45,18 @@ def ordered_records(snap: Snapshot) -> list[Record]:
 
     The dashboard's store copies carry an arrival stamp (`_seq`). Records read from a file by
     `watch` carry none: they go by step (an event without one takes the step of the event
-    before it), an evaluation before the events of its step (the engine evaluates, then
-    saves the epoch's checkpoint), then file order; unstamped ones come before stamped ones.
+    before it; a language model's sample, the step its message names), an evaluation before
+    the events of its step (the engine evaluates, then saves the epoch's checkpoint), then
+    file order; unstamped ones come before stamped ones.
     """
     keyed: list[tuple[int, float, int, int, Record]] = []
     for rank, records in ((1, snap.events), (0, snap.evals)):
         step: float = -1.0
         for i, rec in enumerate(records):
             value = rec.get("step")
+            if value is None and rec.get("kind") == "sample":  # the engine's has no step field
+                found = SAMPLE_STEP.match(str(rec.get("message") or ""))
+                value = int(found.group(1)) if found else None
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 step = float(value)
             keyed.append((rec.get(SEQ_KEY, -1), step, rank, i, rec))
