@@ -40,20 +40,17 @@ class QuitScreen(ModalScreen["QuitChoice | None"]):
 
     def compose(self) -> ComposeResult:
         where = esc(self.run_dir)
-        lines = [
-            esc(self.what),
-            "",
-            "[b $accent]q[/] / [b $accent]s[/] / [b $accent]enter[/]  [b]stop and save[/b]: "
-            "at the next step boundary, with a checkpoint; the run can be resumed "
-            f"([b]tuitrain --resume auto --run-dir {where}[/b])",
-        ]
+        rows = [
+            ("q / s / enter", "[b]stop and save[/b]: at the next step boundary, with a "
+             f"checkpoint; it resumes with [b]tuitrain --resume auto --run-dir {where}[/b]"),
+        ]  # fmt: skip
         if self.detach:
-            lines.append(
-                "[b $accent]d[/]                  [b]detach[/b]: close the dashboard, training "
-                "goes on here with line logs; [b]tuitrain watch "
-                f"{where}[/b] shows it again"
-            )
-        lines.append("[b $accent]escape[/] / [b $accent]c[/]         [b]cancel[/b]: keep going")
+            rows.append(("d", "[b]detach[/b]: the dashboard closes, training goes on here with "
+                         f"line logs; [b]tuitrain watch {where}[/b] shows it again"))  # fmt: skip
+        rows.append(("escape / c", "[b]cancel[/b]: keep going"))
+        width = max(len(keys) for keys, _ in rows)
+        lines = [esc(self.what), ""]
+        lines += [f"[b $accent]{esc(keys):<{width}}[/]  {text}" for keys, text in rows]
         with Vertical(id="quit-dialog", classes="dialog") as dialog:
             dialog.border_title = "Stop the run?"
             dialog.border_subtitle = "q stops · escape cancels"
