@@ -41,7 +41,10 @@ async def test_a_user_task_trains_live_in_the_dashboard(tmp_path: Path, precisio
         await pilot.press("g")
         screen = app.screen
         assert isinstance(screen, MetricsScreen)
-        await wait_for(pilot, lambda: list(screen.charts) == ["mae", "val_loss", "val_mae"])
+        # every series: the loss first, then the task's metrics, then lr, grad norm ...
+        own = ["loss", "val_loss", "mae", "val_mae"]
+        await wait_for(pilot, lambda: list(screen.charts)[:4] == own)
+        assert {"lr", "grad_norm", "samples_per_s", "step_time_s"} <= set(screen.charts)
         await wait_for(pilot, lambda: screen.charts["val_mae"].plt.monitor.y, 5, "a drawn chart")
         assert len(screen.charts["val_mae"].plt.monitor.y[0]) == 3  # one point per epoch
         await pilot.press("escape", "q")
