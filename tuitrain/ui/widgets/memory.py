@@ -111,5 +111,9 @@ class MemoryPanel(Panel):
         chart.draw(lines, ylim=(0.0, top / div * 1.1 if top else 1.0))
 
     def spark_series(self, snap: Snapshot) -> Series:
-        name = "mem_reserved_bytes" if self.on_device(snap) else "host_rss_bytes"
+        # no chart, no "y in MiB"; on a device the utilisation stays where narrow puts it
+        on_device = self.on_device(snap)
+        narrow = self.summary_text.content_size.width < WIDE
+        self.border_subtitle = util_text(snap.latest or {}) if on_device and narrow else ""
+        name = "mem_reserved_bytes" if on_device else "host_rss_bytes"
         return snap.get(name)

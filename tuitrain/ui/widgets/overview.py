@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from tuitrain.metrics.format import DASH
+from tuitrain.metrics.format import DASH, format_value
 from tuitrain.ui.view import Frame, as_number, config_section, human_count
 from tuitrain.ui.widgets.panel import Panel, esc
 
 
 def _fmt_lr(value: object) -> str:
     number = as_number(value)
-    return f"{number:.2e}" if number is not None else esc(value if value is not None else DASH)
+    return format_value(number) if number is not None else esc(value if value is not None else DASH)
 
 
 class OverviewPanel(Panel):
@@ -28,7 +28,7 @@ class OverviewPanel(Panel):
         optim = config_section(snap, "optim")
         latest = snap.latest or {}
         grad_norm = as_number(latest.get("grad_norm"))
-        norm_text = f"{grad_norm:.3g}" if grad_norm is not None else DASH
+        norm_text = format_value(grad_norm)
         warmup = optim.get("warmup_steps")
         accum = optim.get("grad_accum", 1)
         accum_n = as_number(accum)
@@ -43,7 +43,7 @@ class OverviewPanel(Panel):
             + f" · global {esc(header.get('global_batch', DASH))}"
             + f" · {esc(header.get('steps_per_epoch', DASH))} steps/epoch",
             f"[$foreground-muted]optim[/] {esc(optim.get('name', DASH))} lr "
-            f"{_fmt_lr(optim.get('lr'))} {esc(optim.get('schedule', ''))}"
+            f"{esc(optim.get('lr', DASH))} {esc(optim.get('schedule', ''))}"
             + (f", warmup {esc(warmup)}" if warmup else "")
             + (f" · label smoothing {esc(smoothing)}" if smoothing else ""),
             f"[$foreground-muted]now[/] lr {_fmt_lr(latest.get('lr'))} · grad norm {norm_text}",
