@@ -39,9 +39,12 @@ def latest_step(app: TuitrainApp) -> int:
 
 
 @pytest.mark.slow
-async def test_pushed_screen_shows_table_and_verdict(tmp_path: Path) -> None:
+async def test_pushed_screen_shows_table_and_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cfg = load_preset("fashion-mini", TINY_PARITY)
-    app = TuitrainApp(store=MetricStore())
+    monkeypatch.setattr(TuitrainApp, "launch", lambda self, host: None)  # a dashboard, idle
+    app = TuitrainApp(host=RunHost(cfg, MetricStore()))  # (a viewer does not offer p)
     messages = record_notifications(app)
     screen = ParityScreen(cfg, epochs=1, mixed="bf16", early_steps=2, run_dir=tmp_path / "p")
     async with app.run_test(size=(120, 40)) as pilot:
