@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,7 @@ from tuitrain.host.run import RunHost
 from tuitrain.host.stdio import native_stderr_to, say
 from tuitrain.metrics.format import format_duration
 from tuitrain.metrics.store import MetricStore
+from tuitrain.ui.panels import is_script_run, panel_ids
 from tuitrain.ui.screens.help import HelpScreen
 from tuitrain.ui.screens.metrics import MetricsScreen
 from tuitrain.ui.screens.parity import NO_PRESET, ParityScreen
@@ -53,6 +54,7 @@ from tuitrain.ui.view import (
     PLOT_INTERVAL_S,
     TEXT_INTERVAL_S,
     Frame,
+    StepClock,
     ThreadCpuShare,
     failure,
     latest_alert,
@@ -73,9 +75,12 @@ from tuitrain.ui.widgets.datawait import DataWaitPanel
 from tuitrain.ui.widgets.events import EventLog
 from tuitrain.ui.widgets.loss import LossPanel
 from tuitrain.ui.widgets.memory import MemoryPanel
+from tuitrain.ui.widgets.metrics_panel import MetricsPanel
+from tuitrain.ui.widgets.output import OUTPUT_LOG, OutputLog, OutputTail
 from tuitrain.ui.widgets.overview import OverviewPanel
 from tuitrain.ui.widgets.panel import Panel, compact_layout, esc
 from tuitrain.ui.widgets.scaler import ScalerPanel
+from tuitrain.ui.widgets.script_panels import ConfigPanel, SummaryPanel
 from tuitrain.ui.widgets.status import StatusBar
 from tuitrain.ui.widgets.throughput import ThroughputPanel
 
@@ -94,6 +99,10 @@ __all__ = ["RunEnded", "TuitrainApp", "run_app"]
 
 class TuitrainApp(SessionApp):
     """Status, six panels and an event log over a MetricStore; keys steer the hosted run."""
+
+    hosts_script: bool = False  # ScriptApp: a script's run, whatever its header says yet
+    _shown_ids: tuple[str, ...] = ()  # the panels shown (show_panels)
+    step_clock: StepClock  # live: seconds a step before the first log point
 
     CSS_PATH = "app.tcss"
     TITLE = "tuitrain"
@@ -169,13 +178,16 @@ class TuitrainApp(SessionApp):
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
         yield Banner(id="banner")
-        with Grid(id="panels"):
+        with Grid(id="panels"):  # all of them; `show_panels` shows the six the run gets
             yield LossPanel(id="loss")
             yield ThroughputPanel(id="throughput")
             yield MemoryPanel(id="memory")
             yield ScalerPanel(id="scaler")
+            yield MetricsPanel(id="metrics")
             yield DataWaitPanel(id="datawait")
             yield OverviewPanel(id="overview")
+            yield ConfigPanel(id="config")
+            yield SummaryPanel(id="summary")
         yield EventLog(id="events")
         yield self.footer
 
@@ -184,7 +196,12 @@ class TuitrainApp(SessionApp):
         self.status_bar = self.query_one(StatusBar)
         self.banner = self.query_one(Banner)
         self.event_log = self.query_one(EventLog)
-        self.panels: list[Panel] = list(self.query(Panel))
+        self.step_clock = StepClock()
+        self.all_panels: list[Panel] = list(self.query(Panel))
+        self.panels: list[Panel] = []  # the ones shown (show_panels)
+        self.show_panels(self.store.snapshot().header)
+        if self.host is None and not self.hosts_script:
+            self.follow_output_log()
         self.set_interval(TEXT_INTERVAL_S, self.poll_text)
         self.set_interval(PLOT_INTERVAL_S, self.poll_plots)
         if self.host is not None:
@@ -266,6 +283,37 @@ class TuitrainApp(SessionApp):
         self.notify(done, timeout=3)
         return True
 
+    def show_panels(self, header: Mapping[str, Any] | None) -> None:
+        """Show the panels this run gets (a script's: no scaler, data wait or model size;
+        its config and summary instead), hide the rest (hidden ones are not refreshed)."""
+        wanted = panel_ids(header, script=self.hosts_script)
+        if wanted == self._shown_ids:
+            return
+        self._shown_ids = wanted
+        for panel in self.all_panels:
+            panel.display = panel.id in wanted
+            if panel.display:
+                panel.reset()
+        self.panels = [p for p in self.all_panels if p.display]
+        self.screen.set_class(self.hosts_script or is_script_run(header), "-script")
+
+    def follow_output_log(self) -> None:
+        """`watch` over a run dir that `tuitrain run` made: its output.log's tail, followed."""
+        path = self.watched_path
+        log_path = path.parent / OUTPUT_LOG if path is not None else None
+        if log_path is None or not log_path.is_file():
+            return
+        self.output_log = OutputLog()
+        self.mount(self.output_log, before=self.footer)
+        self.screen.add_class("-has-output")
+        self.output_tail = OutputTail(log_path)
+        self.set_interval(TEXT_INTERVAL_S, self.poll_output)
+        self.call_after_refresh(self.poll_output)
+
+    def poll_output(self) -> None:
+        for line in self.output_tail.read():
+            self.output_log.write(line)
+
     def check_terminal_size(self) -> None:
         """Under torchrun this rank runs in its own session: the terminal's SIGWINCH goes to
         the launcher, not here. Poll the size and raise the signal Textual's driver handles."""
@@ -323,6 +371,8 @@ class TuitrainApp(SessionApp):
             self.host_memory,
             elapsed,
             ui_cpu_frac=self.ui_cpu.share(),
+            live_step=ctl.step,
+            live_step_s=self.step_clock.seconds_per_step(ctl.step),
         )
 
     def poll_all(self) -> None:
@@ -343,6 +393,7 @@ class TuitrainApp(SessionApp):
         if (frame.snap.version, compact) == self._text_version:
             return
         self._text_version = (frame.snap.version, compact)
+        self.show_panels(frame.snap.header)
         for panel in self.panels:
             panel.refresh_text(frame)
         self.event_log.refresh_text(frame)
