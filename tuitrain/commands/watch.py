@@ -5,8 +5,12 @@
 
 Follows a live headless run (new lines as they come, a replaced file starts over), replays a
 finished one, reads a DDP run through rank 0's file. A long file opens fast and in bounded
-memory (`JsonlFollower`'s catch-up). The viewer only reads: keys that need a live engine say
-so, and quitting it leaves the run alone. It draws on a terminal, or through the driver that
+memory (`JsonlFollower`'s catch-up). The viewer reads the run's records and offers only the
+keys that act on them; `q` closes it at once and leaves the run alone. A live run that
+tuitrain hosts (the dashboard's, or a headless one) listens on RUN_DIR/control/, a directory
+only its user may write: there the viewer's space (pause/resume), s (checkpoint), f
+(profile) and x (stop, asked first) steer it (`tuitrain.core.channel`). It draws on a
+terminal, or through the driver that
 TEXTUAL_DRIVER names: `textual serve --command "tuitrain watch RUN_DIR"` (textual-dev) sets it
 to Textual's web driver and serves the viewer to browsers over pipes, one process per
 connection. Without either it is refused (a viewer has nothing to fall back to).
@@ -46,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tuitrain watch",
         description="Attach the dashboard to a headless or finished run, or compare two runs\n"
         "(loss and samples/s overlaid, B/A median throughput, validation-accuracy gap).\n"
-        "Only reads the runs' metrics.jsonl; live runs keep updating.",
+        "Reads the runs' metrics.jsonl; live runs keep updating. A live run that tuitrain hosts\n"
+        "(dashboard or --no-ui) can be steered from the viewer by its own user: space pauses or\n"
+        "resumes, s saves a checkpoint, f profiles, x stops it (asked first); q closes the\n"
+        "viewer and leaves the run alone.",
         epilog="examples:\n"
         "  tuitrain watch runs/fashion-bf16-20261129-120000\n"
         "  tuitrain watch --compare runs/fp32-run runs/bf16-run/metrics.jsonl\n"
