@@ -113,3 +113,12 @@ def test_escape_or_q_in_a_view_brings_the_table_back(
     monkeypatch.setattr(watch_command, "main", lambda argv, back_to=None: 129)
     assert runs_command.main([str(folder)]) == 129  # the terminal went away in the view
     assert len(tables) == 1
+
+
+async def test_ctrl_c_leaves_the_table_as_q_does(tmp_path: Path) -> None:
+    """ctrl+c quits (Textual's own ctrl+c only showed a toast with raw markup in it)."""
+    app = RunsApp(list_runs(folder_of_runs(tmp_path)))
+    async with app.run_test(size=(140, 30)) as pilot:
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: not app.is_running, 5, "the exit")
+    assert app.choice is None and app.return_value in (0, None)
