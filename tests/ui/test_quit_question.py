@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -76,7 +77,18 @@ async def test_detach_leaves_the_run_training(
         await pilot.press("q", "d")
         await wait_for(pilot, lambda: not app.is_running, what="the exit")
     assert app.detached and host.alive and not host.control.stop_requested
+    seen_hangup: list[object] = []
+    join = host.join
+
+    def watching_join(timeout: float | None = None) -> bool:
+        seen_hangup.append(signal.getsignal(signal.SIGHUP))
+        return join(timeout)
+
+    host.join = watching_join  # type: ignore[method-assign]
+    before = signal.getsignal(signal.SIGHUP)
     code = app_module.carry_on_detached(host)
+    assert seen_hangup and seen_hangup[0] == signal.SIG_IGN, "a hangup leaves it training"
+    assert signal.getsignal(signal.SIGHUP) == before
     assert code == 0 and not host.alive
     assert records(host.run_dir)[-1]["status"] == "completed"
     out = capsys.readouterr()

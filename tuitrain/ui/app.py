@@ -748,7 +748,11 @@ def run_app(
 def carry_on_detached(host: RunHost) -> int:
     """`d` in the quit question: the dashboard is gone, the run trains on in this process
     with line logs on stdout until its end; `tuitrain watch RUN_DIR` shows it again (and
-    steers it). Ctrl-C stops it at a step boundary and saves (130). The run's exit code."""
+    steers it). Ctrl-C stops it at a step boundary and saves (130); SIGTERM too (143). A
+    hangup does not: the terminal may close (an SSH session ends) and the run goes on, its
+    lines dropped (the run dir keeps them). The run's exit code."""
+    import signal as signals
+
     from tuitrain.host.signals import stop_run_on_signals
     from tuitrain.metrics.sinks import ConsoleSink
 
@@ -762,14 +766,16 @@ def carry_on_detached(host: RunHost) -> int:
     run_dir = host.run_dir or host.requested_run_dir or "RUN_DIR"
     say(
         f"tuitrain: dashboard closed; the run goes on here{' (resumed)' if paused else ''} "
-        f"with line logs. tuitrain watch {run_dir} shows it again; Ctrl-C stops it at a "
-        "step boundary and saves"
+        f"with line logs; closing the terminal does not stop it. tuitrain watch {run_dir} "
+        "shows it again; Ctrl-C stops it at a step boundary and saves"
     )
-    restore = stop_run_on_signals(host.control)
+    restore = stop_run_on_signals(host.control, signums=(signals.SIGINT, signals.SIGTERM))
+    hangup = signals.signal(signals.SIGHUP, signals.SIG_IGN)  # as under nohup
     try:
         while not host.join(0.5):
             pass
     finally:
+        signals.signal(signals.SIGHUP, hangup)
         restore()
     if host.run_dir is not None:
         say(f"tuitrain: run dir {host.run_dir}")
