@@ -187,7 +187,7 @@ async def test_text_where_a_number_goes_is_shown() -> None:
         await pilot.pause(0.3)
         overview = next(p for p in app.panels if p.id == "overview")
         summary = text_of(overview.summary_text)
-        assert "x 2 accum" in summary and "lr 3.00e-03" in summary
+        assert "x 2 accum" in summary and "lr 0.003 " in summary  # the text read as a number
         assert app._exception is None
 
 

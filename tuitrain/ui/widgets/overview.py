@@ -12,6 +12,13 @@ def _fmt_lr(value: object) -> str:
     return format_value(number) if number is not None else esc(value if value is not None else DASH)
 
 
+def _fmt_config(value: object) -> str:
+    """A configured number as people write it (0.003, 1e-05); text that reads as a number
+    as that number; anything else as text."""
+    number = as_number(value)
+    return f"{number:g}" if number is not None else esc(value if value is not None else DASH)
+
+
 class OverviewPanel(Panel):
     """What is being trained, with what, where: the W&B-style run overview, as text."""
 
@@ -43,7 +50,7 @@ class OverviewPanel(Panel):
             + f" · global {esc(header.get('global_batch', DASH))}"
             + f" · {esc(header.get('steps_per_epoch', DASH))} steps/epoch",
             f"[$foreground-muted]optim[/] {esc(optim.get('name', DASH))} lr "
-            f"{esc(optim.get('lr', DASH))} {esc(optim.get('schedule', ''))}"
+            f"{_fmt_config(optim.get('lr'))} {esc(optim.get('schedule', ''))}"
             + (f", warmup {esc(warmup)}" if warmup else "")
             + (f" · label smoothing {esc(smoothing)}" if smoothing else ""),
             f"[$foreground-muted]now[/] lr {_fmt_lr(latest.get('lr'))} · grad norm {norm_text}",
