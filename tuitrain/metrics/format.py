@@ -201,7 +201,7 @@ def format_train_line(rec: Record, total: int | None = None, eta_s: float | None
     if epoch is not None:
         parts.append(f"epoch {epoch:.2f}")
     loss = rec.get("loss")
-    parts.append(f"loss {loss:.4f}" if loss is not None else f"loss {DASH}")
+    parts.append(f"loss {format_value(loss)}")
     for name, value in train_metric_items(rec):  # the task's own train metrics
         parts.append(f"{name} {format_metric(value)}")
     lr = rec.get("lr")
@@ -257,7 +257,7 @@ def format_eval_line(rec: Record, header: Record | None = None) -> str:
     if rec.get("epoch") is not None:
         parts.append(f"epoch {format_number(rec['epoch'])}")
     val_loss = rec.get("val_loss")
-    parts.append(f"val_loss {val_loss:.4f}" if val_loss is not None else f"val_loss {DASH}")
+    parts.append(f"val_loss {format_value(val_loss)}")
     for name, value in eval_metric_items(rec):  # the task's validation metrics
         if name != "val_loss" and value is not None:
             parts.append(f"{name} {format_metric(value, formats.get(name, 'float'))}")
