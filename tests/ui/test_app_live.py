@@ -212,7 +212,7 @@ async def test_sigterm_stops_the_run_cleanly(ui_overrides: Callable[..., list[st
 async def test_after_a_failure_another_preset_starts(
     ui_overrides: Callable[..., list[str]],
 ) -> None:
-    overrides = ui_overrides(epochs=1)
+    overrides = ui_overrides(epochs=40)  # the second run still trains when q is pressed
     failing = load_preset("fashion-mini", [*overrides, 'model.name="tests.ui.failing:make_model"'])
     app = TuitrainApp(host=RunHost(failing, MetricStore()), overrides=overrides)
     async with app.run_test(size=(120, 36)) as pilot:
