@@ -33,43 +33,13 @@ except ImportError as exc:  # pragma: no cover - said in one sentence
     ) from exc
 
 from tuitrain.client import core as client
+from tuitrain.client.names import lightning_names
+
+__all__ = ["TuitrainLogger", "lightning_names"]
 
 LIGHTNING_STATUS = {"success": ("completed", "Lightning finished"),
                     "failed": ("failed", "Lightning reported a failure"),
                     "finished": ("completed", "Lightning finished")}  # fmt: skip
-
-
-def lightning_names(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """Lightning's metric names as the client's, each original name kept too: `*loss_step`
-    -> `loss` (the step values), `val_*_epoch` and `valid_*` -> `val/*`, `lr-<Optimizer>` ->
-    `lr`. A name the script logged itself is never replaced by a mapped one."""
-    out: dict[str, Any] = {}
-    mapped: dict[str, Any] = {}
-    for key, value in metrics.items():
-        if key == "epoch":
-            continue
-        out[key] = value
-        base = key.removesuffix("_step")
-        if base != key and base in client.LOSS_KEYS:
-            mapped.setdefault("loss", value)
-        name = key.removesuffix("_epoch")
-        if name.startswith(("valid_", "valid/")) and len(name) > len("valid_"):
-            del out[key]
-            out["val/" + key] = value  # the original, in the eval record under its own name
-            mapped.setdefault("val/" + name[len("valid_") :], value)
-        elif name != key and client.eval_name(name) is not None:
-            mapped.setdefault(name, value)  # val_loss_epoch -> val_loss
-        if key.startswith("lr-") and len(key) > 3:
-            mapped.setdefault("lr", value)  # the first optimizer's (or param group's)
-    taken = {client.eval_name(k) or k for k in out} | {
-        "loss" for k in out if k in client.LOSS_KEYS
-    } | {"lr" for k in out if k in client.LR_KEYS}  # fmt: skip
-    for key, value in mapped.items():
-        if (client.eval_name(key) or key) not in taken:
-            out[key] = value
-    if "epoch" in metrics:
-        out["epoch"] = metrics["epoch"]
-    return out
 
 
 class TuitrainLogger(Logger):
@@ -109,7 +79,22 @@ class TuitrainLogger(Logger):
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        self.experiment.log(lightning_names(metrics), step)
+        """Lightning's evaluation loops log per-batch values (`on_step=True` in
+        `validation_step`) at their own batch counter, below the training step: those rows
+        land at the run's current step (the step the evaluation ran at; the last batch's
+        value is kept there, the epoch's mean arrives as `val/*`), not dropped as a step
+        going back would be. One info event says so."""
+        run = self.experiment
+        if step is not None and step < run.highest_step:
+            if "eval-counter" not in run._said:
+                run._said.add("eval-counter")
+                run.say_once(
+                    f"Lightning logged at step {step}, below the run's step {run.highest_step}"
+                    " (an evaluation loop's batch counter): such rows are placed at the run's"
+                    " current step, the last value kept"
+                )
+            step = run.highest_step
+        run.log(lightning_names(metrics), step)
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
@@ -138,4 +123,5 @@ class TuitrainLogger(Logger):
                 text = str(handled).strip()
                 first = text.splitlines()[0][:500] if text else ""
                 state, reason = "failed", f"{name}: {first}" if first else name
-        self._run.finish(status=state, reason=reason)
+        # Lightning re-raises the exception (exit 1) and ends an interrupt with sys.exit(1)
+        self._run.finish(1, status=state, reason=reason)

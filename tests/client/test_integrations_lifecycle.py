@@ -130,3 +130,49 @@ def test_hf_train_then_evaluate_in_one_run_the_mean_loss_a_summary(tmp_path: Pat
     end = recs[-1]
     assert end["type"] == "end" and sum(r["type"] == "end" for r in recs) == 1
     assert end["summary"]["train_loss"] == pytest.approx(out.training_loss)
+
+
+@pytest.mark.parametrize(
+    ("raised", "status", "reason"),
+    [
+        (ValueError("Invalid learning rate: -1.0"), "failed", "ValueError: Invalid learning rate"),
+        (KeyboardInterrupt(), "stopped", "stopped by SIGINT"),
+    ],
+)
+def test_lightning_failure_and_interrupt_end_with_their_exit_code(
+    tmp_path: Path, raised: BaseException, status: str, reason: str
+) -> None:
+    """Lightning's finalize("failed") ends the run with what happened and the exit code the
+    process is about to have: 1 (the exception re-raised, or Lightning's own sys.exit(1)
+    after an interrupt)."""
+    L = pytest.importorskip("lightning")  # noqa: N806 - Lightning's own alias
+
+    from tuitrain.lightning import TuitrainLogger
+
+    class Breaks(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(8, 1)
+
+        def training_step(self, batch, i):
+            if i == 2:
+                raise raised
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.net(x).squeeze(-1), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    logger = TuitrainLogger(run_dir=str(tmp_path / "pl"))
+    trainer = L.Trainer(
+        max_epochs=1, logger=logger, log_every_n_steps=1, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+    )  # fmt: skip
+    loader = torch.utils.data.DataLoader(points(), batch_size=32)
+    with pytest.raises((ValueError, SystemExit)):
+        trainer.fit(Breaks(), loader)
+    end = records(tmp_path / "pl")[-1]
+    assert end["type"] == "end" and end["status"] == status, end
+    assert reason in end["reason"] and end["exit_code"] == 1, end

@@ -430,3 +430,71 @@ def test_accelerate_log_with_wandb_after_install(
     assert [(r["step"], r["loss"]) for r in of(recs, "train")] == [
         (0, 1.0), (10, 0.5), (20, pytest.approx(1 / 3))]  # fmt: skip
     assert recs[-1]["type"] == "end" and recs[-1]["status"] == "completed"
+
+
+def per_batch_validation_module(L: Any) -> Any:  # noqa: N803 - Lightning's own alias
+    """Lightning's examples' habit: `on_step=True` in validation_step, `valid_*` names."""
+    import torch
+
+    class Classifierish(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(8, 1)
+
+        def _loss(self, batch: Any) -> Any:
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.net(x).squeeze(-1), y)
+
+        def training_step(self, batch: Any, _i: int) -> Any:
+            loss = self._loss(batch)
+            self.log("train_loss", loss, on_step=True, on_epoch=True)
+            return loss
+
+        def validation_step(self, batch: Any, _i: int) -> None:
+            self.log("valid_loss", self._loss(batch), on_step=True, on_epoch=True)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    return Classifierish()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["tuitrain-logger", "wandb-logger"])
+def test_lightning_per_batch_validation_values_are_kept(tmp_path: Path, path: str) -> None:
+    """Lightning logs `on_step=True` validation values at the evaluation loop's own batch
+    counter (0, 1, ... below the training step): none of them is dropped as a step going
+    back; they land at the step the validation ran at, and Lightning's names map onto the
+    loss and the validation loss through either logger."""
+    L = pytest.importorskip("lightning")  # noqa: N806 - Lightning's own alias
+    import torch
+
+    if path == "wandb-logger":
+        tuitrain.wandb.install()
+        from lightning.pytorch.loggers import WandbLogger
+
+        logger: Any = WandbLogger(project="pl", name="pl-valid", save_dir=str(tmp_path))
+    else:
+        from tuitrain.lightning import TuitrainLogger
+
+        logger = TuitrainLogger(run_dir=str(tmp_path / "tuitrain-pl-valid"))
+    loader = torch.utils.data.DataLoader(points(), batch_size=32)  # 4 batches
+    trainer = L.Trainer(
+        max_epochs=2, logger=logger, log_every_n_steps=1, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+        num_sanity_val_steps=0,
+    )  # fmt: skip
+    trainer.fit(per_batch_validation_module(L), loader, loader)
+    logger.experiment.finish()
+    recs = records(tmp_path / "tuitrain-pl-valid")
+    end = recs[-1]
+    assert end["type"] == "end" and end["status"] == "completed"
+    assert end.get("dropped_rows", 0) == 0, end  # no row lost to a step going back
+    trains = of(recs, "train")
+    assert [r["step"] for r in trains if "loss" in r][:4] == [0, 1, 2, 3]
+    assert all("train_loss_step" in r for r in trains if "loss" in r)  # the original kept
+    evals = of(recs, "eval")
+    assert len(evals) >= 2 and all(r["step"] >= 3 for r in evals)  # after the epoch's steps
+    assert any(r.get("val_loss", 0) > 0 for r in evals)  # valid_loss_epoch -> val/loss
+    said = [r["message"] for r in of(recs, "event")]
+    assert any("current step" in m for m in said), said  # said once why

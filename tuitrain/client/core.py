@@ -360,6 +360,12 @@ class Run:
         return self._step
 
     @property
+    def highest_step(self) -> int:
+        """The highest step logged so far (-1 before the first): an explicit step below it is
+        dropped, as wandb drops it."""
+        return self._high
+
+    @property
     def path(self) -> str:
         """wandb's `run.path` (entity/project/id), with what this run knows."""
         return "/".join(p for p in (self.entity, self.project or "tuitrain", self.id) if p)

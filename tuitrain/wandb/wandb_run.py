@@ -20,8 +20,10 @@ from types import TracebackType
 from typing import Any
 
 from tuitrain.client import core as client
+from tuitrain.client.names import lightning_names
 from tuitrain.wandb._shared import Ignored, LeftOut, Settings, ignored, say_once
 
+LIGHTNING_AXIS = "trainer/global_step"  # Lightning WandbLogger's x for every metric
 _LEVELS = {"INFO": "info", "WARN": "warning", "WARNING": "warning", "ERROR": "error"}
 
 
@@ -148,6 +150,19 @@ class Run:
             step = self._axis_at
             if not values:
                 return
+            if self._axis == LIGHTNING_AXIS:  # Lightning's WandbLogger: Lightning's names
+                values = lightning_names(values)
+            high = self.client.highest_step
+            if step is not None and step < high:
+                # wandb's own step never goes back, the axis is only an x: a row whose axis
+                # value is behind (Lightning's evaluation loops log at their batch counter)
+                # lands at the run's current step rather than being dropped
+                self.client.say_once(
+                    f"log: rows whose {self._axis} is behind the run's step are placed at"
+                    " the run's current step (an evaluation loop's own counter); the last"
+                    " value at a step is kept"
+                )
+                step = high
         self.client.log(values, step, commit=True if commit is None else bool(commit))
 
     def define_metric(self, name: str, step_metric: str | None = None, **kwargs: Any) -> None:
