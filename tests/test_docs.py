@@ -23,7 +23,7 @@ WRITTEN = {  # what people write: the README and every page in docs/ but the gen
     if path.name not in GENERATED
 }
 DOCS = "\n\n".join(WRITTEN.values())
-FILES_NAMED_LIKE_KEYS = {"train.log"}  # a run's files, not keys
+FILES_NAMED_LIKE_KEYS = {"train.log", "train.py"}  # a run's files, a script: not keys
 
 
 def without_code_blocks(text: str) -> str:
