@@ -16,7 +16,6 @@ keys that act on what it shows, `q` closes it at once.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import signal
@@ -49,7 +48,7 @@ from tuitrain.ui.screens.parity import NO_PRESET, ParityScreen
 from tuitrain.ui.screens.presets import PresetScreen
 from tuitrain.ui.screens.profile import ProfileScreen
 from tuitrain.ui.screens.quit import QuitScreen
-from tuitrain.ui.session import NEEDS_ENGINE, RunEnded, SessionApp
+from tuitrain.ui.session import NEEDS_ENGINE, RunEnded
 from tuitrain.ui.view import (
     PLOT_INTERVAL_S,
     TEXT_INTERVAL_S,
@@ -62,14 +61,7 @@ from tuitrain.ui.view import (
     silence,
     writer_dead,
 )
-from tuitrain.ui.viewing import (
-    ENGINE_ACTIONS,
-    STEER_ACTIONS,
-    ChannelError,
-    Steering,
-    ViewingBadge,
-    paused_by_records,
-)
+from tuitrain.ui.viewing import ViewingApp, paused_by_records
 from tuitrain.ui.widgets.banner import Banner, alert_text, failure_text
 from tuitrain.ui.widgets.datawait import DataWaitPanel
 from tuitrain.ui.widgets.events import EventLog
@@ -92,12 +84,11 @@ MEMORY_STEPS = 5  # m: steps of CUDA allocator history (each alloc/free with its
 JOIN_TIMEOUT_S = 30.0  # after the app exits, how long run_app waits for the engine thread
 UI_TRACEBACK = "ui-traceback.txt"  # where a failed dashboard's traceback is kept
 QUIT_TIP = "Asks: stop and save (q again), detach (training goes on here), or cancel"
-VIEWER_QUIT_TIP = "Close this viewer; the run is left alone"
 
 __all__ = ["RunEnded", "TuitrainApp", "run_app"]
 
 
-class TuitrainApp(SessionApp):
+class TuitrainApp(ViewingApp):
     """Status, six panels and an event log over a MetricStore; keys steer the hosted run."""
 
     hosts_script: bool = False  # ScriptApp: a script's run, whatever its header says yet
@@ -167,11 +158,8 @@ class TuitrainApp(SessionApp):
         self.last_event: object = None  # the newest event already acted on
         self._text_version: tuple[int, bool] = (-1, False)  # (store version, compact layout)
         self.footer = Footer()
-        self.watched_path: Path | None = None  # watch mode: the followed metrics.jsonl
         self.ui_cpu = ThreadCpuShare()  # the UI thread's own CPU share, shown on live runs
         self._dead = False  # watch mode: the run's writer is gone without an end record
-        self.steering: Steering | None = None  # watch mode: a live hosted run's control channel
-        self.back_to: str | None = None  # opened from `tuitrain runs`: escape goes back
         self._dead_checked = -math.inf
 
     # -- layout ----------------------------------------------------------------------------
@@ -213,75 +201,6 @@ class TuitrainApp(SessionApp):
         if not in_terminal_foreground():
             self.set_interval(1.0, self.check_terminal_size)
         self.call_after_refresh(self.poll_all)
-
-    # -- a viewer (no host): its badge and its remote ---------------------------------------
-    @property
-    def viewing(self) -> bool:
-        """True for a viewer: the app watches records and hosts nothing (`ScriptApp` hosts a
-        script: it may say True once the script has ended)."""
-        return self.host is None and not getattr(self, "hosts_script", False)
-
-    def start_viewing(self) -> None:
-        """The VIEWING badge; the control channel of the watched run's dir, when it has one."""
-        if self.watched_path is not None and self.steering is None:
-            self.steering = Steering(self.watched_path.parent)
-        self.badge = ViewingBadge("VIEWING", id="viewing")
-        self.badge.display = self.viewing
-        self.screen.mount(self.badge)
-        self.check_steering(force=True)
-
-    def check_steering(self, force: bool = False) -> None:
-        """Offer the steering keys while the watched run listens, and only then."""
-        if not hasattr(self, "badge"):
-            return
-        if self.badge.display != self.viewing:
-            self.badge.display = self.viewing
-            self.refresh_bindings()
-        steering = self.steering
-        if steering is None or not steering.check(self.store.snapshot(), force):
-            if force:
-                self.badge.set_text(steering is not None and steering.ready)
-                self.badge.place(self.size.width)
-            return
-        self.badge.set_text(steering.ready)
-        self.badge.place(self.size.width)
-        self.refresh_bindings()
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """A viewer offers (footer, help, palette) and obeys only the keys that act."""
-        if action == "back_to_runs":
-            return self.back_to is not None
-        if self.host is not None:
-            return action != "stop_run"  # q asks first on the dashboard
-        if action in ENGINE_ACTIONS:  # no engine in this process: a viewer, a script's run
-            return False
-        if action in STEER_ACTIONS:
-            return self.steering is not None and self.steering.ready
-        return True
-
-    def offered(self) -> list[Binding]:
-        """The bindings that act now, in BINDINGS' order (help and the palette list them)."""
-        offered = []
-        for binding in Binding.make_bindings(self.BINDINGS):
-            if self.check_action(binding.action.split("(")[0], ()) is False:
-                continue
-            if binding.action == "quit" and self.viewing:
-                binding = dataclasses.replace(binding, tooltip=VIEWER_QUIT_TIP)
-            offered.append(binding)
-        return offered
-
-    def steer(self, command: str, done: str, **fields: object) -> bool:
-        """Send `command` to the watched run; say so (or why not)."""
-        if self.steering is None or not self.steering.ready:
-            self.notify(NEEDS_ENGINE, severity="warning")
-            return False
-        try:
-            self.steering.send(command, **fields)
-        except ChannelError as exc:
-            self.notify(str(exc), title="cannot steer the run", severity="error", timeout=8)
-            return False
-        self.notify(done, timeout=3)
-        return True
 
     def show_panels(self, header: Mapping[str, Any] | None) -> None:
         """Show the panels this run gets (a script's: no scaler, data wait or model size;
@@ -511,25 +430,6 @@ class TuitrainApp(SessionApp):
             self.request_quit()
         elif choice == "detach":
             self.detach()
-
-    def action_back_to_runs(self) -> None:
-        """Opened from `tuitrain runs`: escape closes the view, the table comes back."""
-        if self.back_to is not None:
-            self.exit(0)
-
-    def action_stop_run(self) -> None:
-        """A viewer: stop the watched run (asks first); its host saves and ends it."""
-        if self.steering is None or not self.steering.ready:
-            self.notify(NEEDS_ENGINE, severity="warning")
-            return
-        run_dir = str(self.steering.run_dir)
-
-        def answered(choice: str | None) -> None:
-            if choice == "stop":
-                self.steer("stop", "stop sent: the run saves and ends at a step boundary")
-
-        what = "Stop the run this viewer watches? Its own process saves and ends it."
-        self.push_screen(QuitScreen(run_dir, detach=False, what=what), answered)
 
     def action_toggle_pause(self) -> None:
         if isinstance(self.screen, ParityScreen):
