@@ -651,8 +651,6 @@ def carry_on_detached(host: RunHost) -> int:
     steers it). Ctrl-C stops it at a step boundary and saves (130); SIGTERM too (143). A
     hangup does not: the terminal may close (an SSH session ends) and the run goes on, its
     lines dropped (the run dir keeps them). The run's exit code."""
-    import signal as signals
-
     from tuitrain.host.signals import stop_run_on_signals
     from tuitrain.metrics.sinks import ConsoleSink
 
@@ -669,13 +667,13 @@ def carry_on_detached(host: RunHost) -> int:
         f"with line logs; closing the terminal does not stop it. tuitrain watch {run_dir} "
         "shows it again; Ctrl-C stops it at a step boundary and saves"
     )
-    restore = stop_run_on_signals(host.control, signums=(signals.SIGINT, signals.SIGTERM))
-    hangup = signals.signal(signals.SIGHUP, signals.SIG_IGN)  # as under nohup
+    restore = stop_run_on_signals(host.control, signums=(signal.SIGINT, signal.SIGTERM))
+    hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
     try:
         while not host.join(0.5):
             pass
     finally:
-        signals.signal(signals.SIGHUP, hangup)
+        signal.signal(signal.SIGHUP, hangup)
         restore()
     if host.run_dir is not None:
         say(f"tuitrain: run dir {host.run_dir}")
