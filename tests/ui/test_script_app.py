@@ -39,3 +39,22 @@ async def test_q_stops_a_live_script_and_the_run_has_an_end_record(
     assert end["type"] == "end" and end["status"] == "completed"  # the script's finish()
     assert "interrupted at step" in (tmp_path / "run" / "output.log").read_text()
     assert os.environ["PYTHONPATH"] == str(ROOT)
+
+
+async def test_an_ended_script_is_viewed_with_the_badge_and_q_closes_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the script has ended the view is a viewer: the VIEWING badge shows and `q`
+    closes it without a question (there is nothing left to stop)."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    script = Script(
+        [sys.executable, str(SCRIPTS / "kfold.py"), "--folds", "1"], tmp_path / "run", 5.0
+    )
+    app = ScriptApp(script)
+    async with app.run_test(size=(100, 30)) as pilot:
+        assert not app.viewing  # a live script is hosted, not viewed
+        await wait_for(pilot, lambda: app.ended, 60, "the script's end")
+        await wait_for(pilot, lambda: app.badge.display, 10, "the VIEWING badge")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, 30, "q closing the view")
+    assert script.finish() == 0

@@ -125,7 +125,7 @@ class TuitrainApp(ViewingApp):
             "metrics",
             "Metrics",
             show=False,  # the footer is full at 80 columns; ? lists it
-            tooltip="One chart per metric of the run's task (/ filters them)",
+            tooltip="A chart for every series the run holds (/ filters them)",
         ),
         Binding(
             "slash",

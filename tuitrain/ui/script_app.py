@@ -91,6 +91,11 @@ class ScriptApp(TuitrainApp):
         self.watched_path = script.metrics
         script.listen(self.lines.put)  # the pump thread never waits for the UI
 
+    @property
+    def viewing(self) -> bool:
+        """A viewer once the script has ended: the VIEWING badge, `q` closes at once."""
+        return bool(getattr(self, "ended", False))
+
     def on_mount(self) -> None:
         # No super().on_mount(): Textual calls every class's on_mount itself (this one
         # first); calling it here too ran the dashboard's twice (its timers, its badge).

@@ -19,7 +19,7 @@ PANELS = (
     "peak) and the GPU's memory in use by all processes, with its utilisation; host RSS on "
     "CPU · GradScaler: fp16 loss scale on a log2 axis · Data wait: share of step time "
     "waiting for the loader, with a verdict · Events: compile, epochs, warnings, errors · "
-    "Metrics (g): one chart per metric of the run's task, / filters them by name"
+    "Metrics (g): a chart for every series the run holds, / filters them by name"
 )
 
 

@@ -1,4 +1,4 @@
-"""Metrics screen (`m`): one chart per metric of the run's task, filtered by name (`/`),
+"""Metrics screen (`g`): a chart for every series the run holds, filtered by name (`/`),
 log y with `l`.
 
 The filter is literal text, case-insensitive, found anywhere in a metric's name; `|` separates
