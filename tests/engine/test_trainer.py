@@ -378,3 +378,24 @@ def test_schedules_warm_up_then_decay_to_the_floor(schedule: str) -> None:
     quarter = 0.1 + 0.9 * (0.75 if schedule == "linear" else (1 + math.cos(math.pi / 4)) / 2)
     assert after[25] == pytest.approx(quarter)
     assert 0.1 <= after[-1] < 0.12  # reaches the floor at the last step
+
+
+def test_a_long_log_interval_shows_a_sign_of_life(
+    tiny_config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between log points that are far apart the engine writes `progress` events (steps done,
+    seconds a step), so a slow first interval does not read as a hang; at a log point the
+    clock starts again. The quiet bound is shrunk here; 10 s in a run."""
+    from tuitrain.engine import trainer as trainer_mod
+
+    monkeypatch.setattr(trainer_mod, "PROGRESS_EVERY_S", 0.0)  # after every quiet step
+    sink = ListSink()
+    result = run(tiny_config("train.max_steps=6", "train.log_every=3"), sink)
+    assert result.step == 6
+    progress = [r for r in sink.of("event") if r.get("kind") == "progress"]
+    logged = [r["step"] for r in sink.of("train")]
+    assert logged == [3, 6]
+    steps = [r["step"] for r in progress]
+    assert steps and set(steps).isdisjoint(logged)  # only between log points
+    assert steps == sorted(steps) and all(1 <= s <= 5 for s in steps)
+    assert all(r["step_time_s"] > 0 and "no log point yet" in r["message"] for r in progress)

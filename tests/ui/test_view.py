@@ -119,3 +119,18 @@ def test_ticks_are_round_and_readable() -> None:
         "1.5k",
         "41k",
     ]
+
+
+def test_a_watched_runs_sign_of_life_is_its_newest_progress_past_the_latest_step() -> None:
+    from tuitrain.metrics.records import event_record
+    from tuitrain.ui.view import progress_after_latest
+
+    store = MetricStore()
+    store.push(header_record(preset="x"))
+    assert progress_after_latest(store.snapshot()) == (None, None)
+    store.push(event_record("step 3/9", kind="progress", step=3, step_time_s=7.5))
+    assert progress_after_latest(store.snapshot()) == (3, 7.5)
+    store.push(event_record("step 5/9", kind="progress", step=5, step_time_s=0.0))
+    assert progress_after_latest(store.snapshot()) == (5, None)  # no rate it can show
+    store.push({"type": "train", "step": 6, "epoch": 0.5, "samples": 6, "loss": 1.0})
+    assert progress_after_latest(store.snapshot()) == (None, None)  # the log point caught up

@@ -45,6 +45,7 @@ from tuitrain.metrics.sinks import Sink
 
 # The GradScaler skips optimizer.step() on overflow; the schedule still advances (on purpose:
 # the step counter is the schedule's clock), which torch reports as a misuse. It is not.
+PROGRESS_EVERY_S = 10.0  # no record for this long: a `progress` event, a sign of life
 PLATEAU_EVALS = 3  # evaluations without a better primary metric that make a plateau
 
 warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
@@ -69,6 +70,7 @@ class Trainer:
         self.label = task_label(cfg)
         self.strategy = parts.strategy
         self.count_tokens = self.task.counts_tokens
+        self._said_at = (time.monotonic(), 0)  # (when, step) the last record was written
         self.meter = IntervalMeter(
             parts.device,
             parts.precision,
@@ -189,6 +191,7 @@ class Trainer:
             )
         self.start_step = self.step  # the first step of this process compiles
         self.fitting = True
+        self.quiet_from_now()
         status = "completed"
         while self.epoch < self.cfg.train.epochs and self.step < p.total_steps:
             status = self.run_epoch()
@@ -207,6 +210,7 @@ class Trainer:
             self.poll_commands()
             if self.pause_wanted and not self.stop_wanted:
                 self.pause()
+                self.quiet_from_now()
             if self.stop_wanted:
                 return "stopped"
             if self.step >= p.total_steps:
@@ -221,6 +225,7 @@ class Trainer:
             self.evaluate()
         if self.cfg.checkpoint.at_epoch_end:
             self.save("epoch end")
+        self.quiet_from_now()
         return "completed"
 
     def one_step(self, batches: Any) -> None:
@@ -245,17 +250,43 @@ class Trainer:
             self.compile_done()
         elif is_log:
             self.log_point()
+        else:
+            self.maybe_progress()
         eval_every = self.cfg.train.eval_every
         # an epoch's end evaluates anyway, and so does the run's last step
         mid_epoch = self.epoch_step < p.steps_per_epoch and self.step < p.total_steps
         if eval_every and self.step % eval_every == 0 and mid_epoch:
             self.evaluate()
+            self.quiet_from_now()
         every = self.cfg.checkpoint.every_steps
         if every and self.step % every == 0:
             self.save(f"every {every} steps")
+            self.quiet_from_now()
         if self.checkpoint_wanted:
             self.checkpoint_wanted = False
             self.save("requested")
+            self.quiet_from_now()
+
+    def maybe_progress(self) -> None:
+        """A long log interval (a slow first step, a big `log_every`) is not a hang: after
+        PROGRESS_EVERY_S without a record, a `progress` event with the steps done and the
+        wall seconds a step since the last record (host time, no device sync: on a GPU the
+        launch rate, close to the step rate once the queue is full)."""
+        now = time.monotonic()
+        when, step = self._said_at
+        if now - when < PROGRESS_EVERY_S or self.step <= step:
+            return
+        per_step = (now - when) / (self.step - step)
+        total = self.parts.total_steps
+        self.sink.write(
+            event_record(
+                f"step {self.step}/{total}, {per_step:.3g} s a step (no log point yet)",
+                kind="progress",
+                step=self.step,
+                step_time_s=round(per_step, 4),
+            )
+        )
+        self.quiet_from_now()
 
     def compile_done(self) -> None:
         synchronize(self.parts.device)  # sync point: the compile time is measured to here
@@ -269,6 +300,7 @@ class Trainer:
             )
         )
         self.control.state = "running"
+        self.quiet_from_now()
         self.meter.restart_clock()
 
     def log_point(self) -> None:
@@ -290,6 +322,7 @@ class Trainer:
                 nonfinite.append(name)
                 record[name] = None
         self.sink.write(record)
+        self.quiet_from_now()
         self.throughputs.append(record["samples_per_s"])
         self.diagnostics.check(record, self.step, nonfinite=nonfinite)
         self.meter.add_monitor_time(time.perf_counter() - built)
@@ -317,6 +350,10 @@ class Trainer:
         self.pause_wanted = bool(agreed["pause"])
         self.checkpoint_wanted |= bool(agreed["checkpoint"])
         self.profiler.request(agreed["profile"])
+
+    def quiet_from_now(self) -> None:
+        """The progress clock starts again (after a record, a pause, an evaluation, a save)."""
+        self._said_at = (time.monotonic(), self.step)
 
     def pause(self) -> None:
         """Wait, polling (a heartbeat collective under DDP), until resumed or stopped; a

@@ -57,6 +57,7 @@ from tuitrain.ui.view import (
     ThreadCpuShare,
     failure,
     latest_alert,
+    progress_after_latest,
     quiet_seconds,
     silence,
     writer_dead,
@@ -274,7 +275,15 @@ class TuitrainApp(ViewingApp):
                 self._dead = writer_dead(snap, path, quiet)
             dead = self._dead and snap.end is None
             state = "paused" if paused_by_records(snap) else None  # display_state's otherwise
-            return Frame(snap, state, silent_s=None if dead else silence(snap, quiet), dead=dead)
+            live_step, live_step_s = progress_after_latest(snap)
+            return Frame(
+                snap,
+                state,
+                silent_s=None if dead else silence(snap, quiet),
+                dead=dead,
+                live_step=live_step,
+                live_step_s=live_step_s,
+            )
         ctl = host.control
         elapsed = None
         if snap.end is not None and snap.end.get("elapsed_s") is not None:

@@ -418,3 +418,21 @@ def latest_alert(snap: Snapshot) -> Record | None:
         if event.get("kind") == "alert":
             return event
     return None
+
+
+def progress_after_latest(snap: Snapshot) -> tuple[int | None, float | None]:
+    """A watched run's sign of life between log points: the newest `progress` event (the
+    engine writes one after ten quiet seconds) past the latest train record's step, as
+    (steps done, seconds a step); (None, None) when there is none."""
+    latest_step = (snap.latest or {}).get("step")
+    for event in reversed(snap.events):
+        if event.get("kind") != "progress":
+            continue
+        step, per_step = event.get("step"), event.get("step_time_s")
+        if not isinstance(step, int) or isinstance(step, bool):
+            return None, None
+        if isinstance(latest_step, int) and step <= latest_step:
+            return None, None
+        ok = isinstance(per_step, (int, float)) and math.isfinite(per_step) and per_step > 0
+        return step, float(per_step) if ok else None
+    return None, None

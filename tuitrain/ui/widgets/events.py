@@ -162,6 +162,8 @@ class EventLog(RichLog):
             self.add(end.get("step"), f"run {end.get('status')}: {end.get('reason')}", level)
 
     def write_record(self, rec: Record) -> None:
+        if rec.get("kind") == "progress":  # a sign of life: the status bar's, not a line here
+            return
         step = rec.get(STEP_KEY, rec.get("step"))
         if rec.get("type") == "eval":
             self.add(step, eval_line(rec, self._header))
