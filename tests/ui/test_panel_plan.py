@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from tests.ui.fake_records import charlm_records, filled_store, script_records, store_of
 from tuitrain.metrics.records import eval_record
@@ -150,3 +151,28 @@ def test_a_sign_of_life_before_the_first_log_point() -> None:
     script = store_of(script_records()).snapshot()
     line = plain(StatusBar().progress_line(Frame(script)))
     assert "step 199" in line and "epoch" not in line and "ETA" not in line  # no total
+
+
+def test_config_set_after_init_survives_the_file_and_reaches_the_config_rows(
+    tmp_path: Path,
+) -> None:
+    """`wandb.config.update({"batch": 32})` after init is a `config` event with flat keys:
+    read back from metrics.jsonl (every viewer's path) they are kept, not cleaned away as a
+    header's non-table sections are, and an empty update adds no row."""
+    import json
+
+    from tuitrain.metrics.records import event_record, header_record
+    from tuitrain.metrics.runfile import read_records
+
+    lines = [
+        header_record(preset="s", config={"script": {"lr": 0.05}, "junk": 3}),
+        event_record("config updated", kind="config", config={"batch": 32}),
+        event_record("config updated", kind="config", config={}),
+    ]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    header, update, empty = list(read_records(path))
+    assert "junk" not in header["config"]  # a header keeps its tables only
+    assert update["config"] == {"batch": 32}
+    assert config_items({"config": update["config"]}) == [("batch", "32")]
+    assert config_items({"config": empty["config"]}) == []

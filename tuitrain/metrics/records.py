@@ -687,7 +687,9 @@ def clean_record(raw: Mapping[str, Any]) -> dict[str, Any] | None:
             if isinstance(value, list) and all(_is_number(v) for v in value):
                 out[key] = value
         elif key == "config":
-            if isinstance(value, dict):
+            if isinstance(value, dict) and raw["type"] == "event":
+                out[key] = value  # a script's config set after init: its own flat keys
+            elif isinstance(value, dict):  # a header's: one table per section
                 out[key] = {k: v for k, v in value.items() if isinstance(v, dict)}
         else:
             out[key] = value

@@ -237,7 +237,7 @@ def config_items(header: Mapping[str, Any] | None, limit: int = 40) -> list[tupl
     def walk(prefix: str, value: object) -> None:
         if len(rows) >= limit:
             return
-        if isinstance(value, Mapping) and value:
+        if isinstance(value, Mapping) and (value or not prefix):  # {} at the top: no rows
             for key, inner in value.items():
                 walk(f"{prefix}.{key}" if prefix else str(key), inner)
         else:  # as the script gave it: 0.05, not 0.05000
