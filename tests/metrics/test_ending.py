@@ -139,3 +139,24 @@ def test_a_comparison_ends_with_each_run_and_the_gate_between_them(tmp_path: Pat
     assert lines[1].startswith(f"  {a}") and "run completed (done) · steps 200" in lines[1]
     assert "run failed (the loss became NaN)" in lines[2] and lines[3].endswith("no run")
     assert f"tuitrain gate {a} {b}" in "\n".join(lines)
+
+
+def test_compare_is_offered_with_the_newest_run_of_the_same_kind_only(tmp_path: Path) -> None:
+    """A script's run or another preset's beside it is no comparison to offer."""
+    import os
+
+    same = write_run(tmp_path / "runs" / "same", "completed", "done")
+    other = tmp_path / "runs" / "script"
+    other.mkdir()
+    sink = JsonlSink(other / "metrics.jsonl")
+    sink.write(header_record(preset="wandb-style", task="script"))
+    sink.close()
+    run = write_run(tmp_path / "runs" / "it", "completed", "done")
+    os.utime(same / "metrics.jsonl", (1, 1))  # the script's is the newest of the others
+    text = "\n".join(ending_lines(run))
+    assert f"tuitrain watch --compare {same} {run}" in text
+    assert str(other) not in text
+    lone = write_run(tmp_path / "solo" / "a", "completed", "done")
+    (tmp_path / "solo" / "b").mkdir()
+    (tmp_path / "solo" / "b" / "metrics.jsonl").write_text("not a header\n")
+    assert "--compare" not in "\n".join(ending_lines(lone))

@@ -19,13 +19,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tuitrain.core.rundir import CKPT_DIR
+from tuitrain.core.safefile import NotRegular, open_regular
 from tuitrain.core.text import strip_controls
 from tuitrain.metrics.format import format_duration
-from tuitrain.metrics.records import format_metric
+from tuitrain.metrics.records import MAX_HEADER_BYTES, format_metric
 from tuitrain.metrics.runfile import (
     METRICS_NAME,
     RunSummary,
     output_tail,
+    parse_line,
     run_end,
     summarize_run,
 )
@@ -200,9 +202,14 @@ def next_commands(run_dir: Path, summary: RunSummary, script: bool) -> list[tupl
     return steps
 
 
+SIBLINGS_READ = 50  # headers read, newest first, looking for a run of the same kind
+
+
 def sibling_run(run_dir: Path) -> Path | None:
-    """The newest other run in the same folder (by its metrics file's time), or None."""
-    best: tuple[float, Path] | None = None
+    """The newest other run in the same folder (by its metrics file's time) of the same
+    preset and task (a fashion run is not compared with a script's), or None."""
+    kind = run_kind(run_dir)
+    found: list[tuple[float, Path]] = []
     try:
         children = list(run_dir.parent.iterdir())
     except OSError:
@@ -211,9 +218,23 @@ def sibling_run(run_dir: Path) -> Path | None:
         if child.name == run_dir.name:
             continue
         try:
-            mtime = (child / METRICS_NAME).stat().st_mtime
+            found.append(((child / METRICS_NAME).stat().st_mtime, child))
         except OSError:
             continue
-        if best is None or mtime > best[0]:
-            best = (mtime, child)
-    return best[1] if best is not None else None
+    found.sort(reverse=True)
+    for _, child in found[:SIBLINGS_READ]:
+        if kind is not None and run_kind(child) == kind:
+            return child
+    return None
+
+
+def run_kind(run_dir: Path) -> tuple[object, object] | None:
+    """(preset, task) from the run's header line, None when it has none."""
+    try:
+        with open_regular(run_dir / METRICS_NAME, "rb") as f:
+            header = parse_line(f.readline(MAX_HEADER_BYTES + 1).rstrip(b"\n"))
+    except (OSError, NotRegular):
+        return None
+    if header is None or header.get("type") != "header":
+        return None
+    return header.get("preset"), header.get("task")
