@@ -466,14 +466,13 @@ def eval_metric_items(rec: Mapping[str, Any]) -> list[tuple[str, float | None]]:
 
 
 def format_metric(value: float | None, fmt: str = "float") -> str:
-    """A metric as the dashboard and the log lines show it: pct as 85.31%, else 4 digits."""
+    """A metric as the dashboard and the log lines show it: pct as 85.31%, else four
+    significant digits at every magnitude (metrics.format.format_value); None as "–"."""
     if value is None:
         return "–"
-    if fmt == "pct":
-        return f"{value * 100:.2f}%"
-    if 1e4 <= abs(value) < 1e15:
-        return f"{value:,.0f}"  # a rate: 28,652
-    return f"{value:.4f}" if 1e-3 <= abs(value) < 1e4 else f"{value:.4g}"
+    from tuitrain.metrics.format import format_value  # the one number format (imports this)
+
+    return format_value(value, fmt)
 
 
 # --------------------------------------------------------------------------- events, end
