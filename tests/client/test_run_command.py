@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -40,7 +41,8 @@ def test_a_plain_loop_under_tuitrain_run(tmp_path: Path) -> None:
     done = tuitrain_run(run_dir, sys.executable, str(SCRIPTS / "plain_loop.py"))
     assert done.returncode == 0, done.stderr
     assert "step 39 loss" in done.stdout  # the script's own output, passed through
-    assert "[tuitrain] end   completed" in done.stdout  # and the records as line logs
+    # and the records as line logs, each opening with its wall clock (HH:MM:SS, local)
+    assert re.search(r"^\[tuitrain\] \d\d:\d\d:\d\d end   completed", done.stdout, re.M)
     assert "step 39 loss" in (run_dir / "output.log").read_text()
     recs = records(run_dir)
     assert recs[0]["preset"] == "plain_loop" and recs[-1]["status"] == "completed"

@@ -171,6 +171,7 @@ def forward_signals(script: Script) -> Callable[[], None]:
 def run_headless(script: Script, on_alert: str | None = None) -> int:
     """The script's output and the run's records as line logs, until the script ends."""
     from tuitrain.metrics.format import format_record
+    from tuitrain.metrics.sinks import console_clock
 
     out: IO[str] = sys.stdout
 
@@ -191,6 +192,7 @@ def run_headless(script: Script, on_alert: str | None = None) -> int:
         for record in tail.read():
             actions.see(record)
             if record.get("type") != "header" and (text := format_record(record)):
+                text = f"{console_clock(record)} {text}"  # when, as tuitrain --no-ui's lines
                 say(f"run {n}: {text}" if many else text)
 
     def show_records() -> None:
