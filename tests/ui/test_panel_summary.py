@@ -124,3 +124,28 @@ def test_loss_panel_shows_the_smoothing_floor_and_the_best_epoch() -> None:
     dipped = summary(0.0, [0.90, 0.93, 0.92])
     assert "acc 92.00%" in dipped and "best 93.00% (epoch 2)" in dipped
     assert "best" not in summary(0.0, [0.90, 0.93])  # the latest is the best
+
+
+def test_a_failure_banner_offers_only_the_keys_that_act() -> None:
+    """The hosted dashboard can start a preset after a failure (`p`); a viewer or a script's
+    view cannot, and a script's traceback is in output.log (or only the event log)."""
+    from tuitrain.ui.view import Failure
+    from tuitrain.ui.widgets.banner import failure_text
+
+    fail = Failure("ValueError: shapes do not match", None, "Traceback ...")
+    hosted = failure_text(fail, "runs/a")
+    assert "pick a preset" in hosted and "runs/a/train.log" in hosted
+    script = failure_text(fail, "runs/s", can_pick=False, log="output.log")
+    assert "pick a preset" not in script and "q[/b] closes the view" in script
+    assert "runs/s/output.log" in script
+    direct = failure_text(fail, "runs/d", can_pick=False, log=None)
+    assert "train.log" not in direct and "in the event log" in direct
+
+
+def test_a_script_runs_traceback_is_looked_for_where_it_is(tmp_path) -> None:
+    from tuitrain.ui.app import log_of
+
+    assert log_of(str(tmp_path), script=False) == "train.log"
+    assert log_of(str(tmp_path), script=True) is None  # run directly: no output.log
+    (tmp_path / "output.log").write_text("Traceback ...\n")
+    assert log_of(str(tmp_path), script=True) == "output.log"

@@ -368,7 +368,14 @@ class TuitrainApp(ViewingApp):
             run_dir = (frame.snap.header or {}).get("run_dir") or (
                 str(self.host.run_dir) if self.host and self.host.run_dir else None
             )
-            banner.show(failure_text(fail, run_dir), "error")
+            script = is_script_run(frame.snap.header)
+            text = failure_text(
+                fail,
+                run_dir,
+                can_pick=self.host is not None,  # p starts a preset: the hosted dashboard
+                log=log_of(run_dir, script),
+            )
+            banner.show(text, "error")
         elif (alert := latest_alert(frame.snap)) is not None:
             banner.show(alert_text(alert))
         else:
@@ -692,3 +699,11 @@ def carry_on_detached(host: RunHost) -> int:
     if host.control.exit_code is not None:
         return host.control.exit_code
     return 0
+
+
+def log_of(run_dir: str | None, script: bool) -> str | None:
+    """The run's log file a failure's traceback is in: the engine's train.log; a script's
+    output.log where `tuitrain run` wrote one; None for a script run directly."""
+    if not script:
+        return "train.log"
+    return OUTPUT_LOG if run_dir and (Path(run_dir) / OUTPUT_LOG).is_file() else None

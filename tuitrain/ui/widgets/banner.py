@@ -11,14 +11,21 @@ from tuitrain.ui.view import Failure
 from tuitrain.ui.widgets.panel import esc
 
 
-def failure_text(fail: Failure, run_dir: str | None) -> str:
-    """The failure as the banner shows it: message, hint, where the traceback is, what next."""
+def failure_text(
+    fail: Failure, run_dir: str | None, *, can_pick: bool = True, log: str | None = "train.log"
+) -> str:
+    """The failure as the banner shows it: message, hint, where the traceback is, and the
+    keys that act now (`p` only where a preset can be started: the hosted dashboard)."""
     lines = [f"[b]run failed:[/b] {esc(fail.message)}"]
     if fail.hint:
         lines.append(f"[b]hint:[/b] {esc(fail.hint)}")
-    where = f" in {esc(run_dir)}/train.log" if run_dir else " in the run's train.log"
-    tail = f"the traceback is{where} and in the event log · " if fail.traceback else ""
-    lines.append(f"{tail}[b]p[/b] pick a preset · [b]q[/b] quit")
+    if log is None:  # a script run directly: its output went to its own terminal
+        tail = "the traceback is in the event log · " if fail.traceback else ""
+    else:
+        where = f" in {esc(run_dir)}/{log}" if run_dir else f" in the run's {log}"
+        tail = f"the traceback is{where} and in the event log · " if fail.traceback else ""
+    keys = "[b]p[/b] pick a preset · [b]q[/b] quit" if can_pick else "[b]q[/b] closes the view"
+    lines.append(f"{tail}{keys}")
     return "\n".join(lines)
 
 
