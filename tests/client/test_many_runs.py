@@ -356,3 +356,64 @@ def test_a_run_dir_named_dot_has_siblings_too(
     second.finish()
     assert first.dir == Path(".") and second.dir == in_tmp / "here-2"
     assert rundirs.read_manifest(Path(".")) == [in_tmp / "here-2"]
+
+
+def test_a_rank_other_than_0_writes_nothing_and_never_takes_the_run_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every rank calling init/log (the naive DDP port): rank 0's run is the job's one run;
+    another rank's calls are accepted and write nothing, through the client and its faces."""
+    import tuitrain.trackio as trackio
+    import tuitrain.wandb as wandb
+    from tuitrain.client import core as client
+
+    monkeypatch.setenv("TUITRAIN_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setenv("RANK", "1")
+    run = client.init(config={"lr": 0.1})
+    assert isinstance(run, client.OtherRankRun) and run.rank == 1
+    run.log({"loss": 1.0})
+    client.log({"loss": 0.5})  # the module's log too
+    assert run.step == 2 and run.config["lr"] == 0.1
+    run.finish()
+    w = wandb.init(project="p", config={"a": 1})
+    wandb.log({"loss": 1.0})
+    wandb.finish()
+    t = trackio.init(project="p", config={"b": 2})
+    trackio.log({"train_loss": 1.0})
+    trackio.finish()
+    assert w is not None and t is not None
+    assert not (tmp_path / "run").exists()  # nothing written, no lock taken
+    monkeypatch.setenv("RANK", "0")
+    with client.init() as zero:  # rank 0 writes the run
+        zero.log({"loss": 1.0})
+    assert (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_every_rank_logging_under_tuitrain_run_is_one_run_and_the_job_lives(
+    tmp_path: Path,
+) -> None:
+    """`tuitrain run -- torchrun --nproc_per_node 2 script.py` where each rank calls
+    init/log: the job ends 0 (before: rank 1's init met rank 0's lock, gloo tore the job
+    down, exit 1) and the run dir holds rank 0's run."""
+    import shutil
+
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    assert torchrun is not None
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "tuitrain", "run", "--no-ui", "--run-dir", str(run_dir), "--",
+         torchrun, "--standalone", "--nproc_per_node", "2",
+         str(SCRIPTS / "every_rank.py")],
+        capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "rank 0 of 2 done" in done.stdout and "rank 1 of 2 done" in done.stdout
+    recs = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    assert recs[0]["type"] == "header" and recs[0]["config"]["script"]["world"] == 2
+    trains = [r for r in recs if r["type"] == "train"]
+    assert [r["step"] for r in trains] == list(range(6))
+    assert all(r["rank_seen"] == 0.0 for r in trains)  # rank 0's rows only
+    assert recs[-1]["type"] == "end" and recs[-1]["status"] == "completed"
+    assert not list(tmp_path.glob("run-*"))  # no second run beside it

@@ -118,6 +118,7 @@ SCRIPT_TASK: dict[str, Any] = {
 }
 
 _current: Run | None = None
+_other: OtherRankRun | None = None  # init's run on a rank other than 0 (writes nothing)
 _forks = 0  # forks this process descends from: a run is written by the process it began in
 
 
@@ -150,12 +151,84 @@ def init(
         options.pop(key, None)
     if _current is not None and not _current.finished:
         _current.finish()
+    global _other
+    rank = other_rank()
+    if rank is not None:  # rank 0 writes the run; the job never dies of a second writer
+        _other = OtherRankRun(rank, config, name)
+        return _other  # type: ignore[return-value]
     _current = Run(run_dir, config, name, **options)
     return _current
 
 
+def other_rank() -> int | None:
+    """This process's rank when it is a rank other than 0 of a distributed job (torchrun's
+    RANK), else None."""
+    try:
+        rank = int(os.environ.get("RANK", "0") or 0)
+    except ValueError:
+        return None
+    return rank if rank > 0 else None
+
+
+class OtherRankRun:
+    """What `init` returns on ranks other than 0 of a torchrun job (every rank calling
+    `tuitrain.init`/`log` is the naive port of a one-process script): the run's calls are
+    accepted and nothing is written, so rank 0's run is the job's one run and no rank takes
+    the run dir's lock from it (which ended the user's job). wandb's convention, logging
+    from rank 0 only, keeps working as it did."""
+
+    def __init__(self, rank: int, config: Mapping[str, Any] | None, name: str | None) -> None:
+        import tempfile
+
+        self.rank = rank
+        self.name = name or script_name()
+        self.id = f"rank{rank}"
+        self.dir = Path(tempfile.gettempdir())  # somewhere a script may write; no run dir
+        self.config = Config(_plain(dict(config or {})))
+        self.summary: dict[str, Any] = {}
+        self.meta: dict[str, Any] = {}
+        self.project = self.entity = self.notes = self.group = self.job_type = None
+        self.tags: tuple[str, ...] = ()
+        self.url: str | None = None
+        self.path = f"tuitrain/{self.id}"
+        self.should_stop = False
+        self.finished = False
+        self.number = 1
+        self.step = 0
+        self.highest_step = -1
+        self._said: set[str] = set()
+
+    def log(self, data: Mapping[str, Any], step: int | None = None, commit: bool = True) -> None:
+        if step is None and commit:
+            self.step += 1
+
+    def update_config(self, values: Mapping[str, Any]) -> None:
+        dict.update(self.config, _plain(dict(values)))
+
+    def define_metric(self, *_: Any, **__: Any) -> None:
+        pass
+
+    def alert(self, *_: Any, **__: Any) -> None:
+        pass
+
+    def say_once(self, what: str) -> None:
+        pass
+
+    def finish(self, exit_code: int | None = None, **_: Any) -> None:
+        self.finished = True
+
+    def __enter__(self) -> OtherRankRun:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.finish()
+
+
 def log(data: Mapping[str, Any], step: int | None = None, commit: bool = True) -> None:
     """`run.log` on the current run (one is started on first use, like wandb)."""
+    if _other is not None and not _other.finished and other_rank() is not None:
+        _other.log(data, step, commit)  # a rank other than 0: accepted, not written
+        return
     (_current if _current is not None and not _current.finished else init()).log(data, step, commit)
 
 
