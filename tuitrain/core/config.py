@@ -201,6 +201,12 @@ class CheckpointConfig:
 
 @dataclass(kw_only=True, slots=True)
 class DistributedConfig:
+    strategy: Literal["ddp", "fsdp"] = _f(
+        "ddp",
+        "With more than one rank: ddp (every rank holds the whole model; gradients"
+        " all-reduced) | fsdp (FSDP2: weights, gradients and optimizer state sharded per"
+        " block; fp32 or bf16; checkpoints saved whole). One process ignores it.",
+    )
     timeout_s: float = _f(
         300.0,
         "Process-group timeout: a dead rank ends the job after it (1 s to 7 days).",

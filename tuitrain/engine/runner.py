@@ -201,7 +201,7 @@ def run(
         task_info=trainer.parts.task_info,
     )
     with control.critical():  # a second signal lets the end record be written, whole
-        digest = weights_digest(trainer.parts.model)
+        digest = weights_digest(trainer.strategy.model_state_dict(everywhere=True))
         sink.write(run_end_record(result, trainer, started, weights_digest=digest))
         sink.flush()
     return result
@@ -223,10 +223,13 @@ def no_checkpoint_kept(trainer: Trainer, run_dir: Path | None) -> str:
     )
 
 
-def weights_digest(model: torch.nn.Module) -> str:
-    """A short sha256 of the final weights: equal digests = bit-identical models."""
+def weights_digest(state: dict[str, Any] | torch.nn.Module) -> str:
+    """A short sha256 of the final weights (a model, or its whole state dict: the strategy's,
+    so sharded weights are digested whole): equal digests = bit-identical models."""
+    if isinstance(state, torch.nn.Module):
+        state = state.state_dict()
     digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
+    for name, tensor in sorted(state.items()):
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
     return digest.hexdigest()[:16]

@@ -30,7 +30,7 @@ from tuitrain.engine.flops import (
 )
 from tuitrain.engine.models.build import build_model
 from tuitrain.engine.precision import Precision, make_precision
-from tuitrain.engine.strategy import Strategy, make_strategy
+from tuitrain.engine.strategy import Strategy, check_strategy_precision, make_strategy
 from tuitrain.engine.tasks.base import (
     Task,
     batch_size_of,
@@ -158,6 +158,7 @@ def build_parts(cfg: Config, dist: DistInfo) -> RunParts:
         torch.backends.cudnn.allow_tf32 = cfg.train.tf32
         torch.backends.cudnn.benchmark = True
     precision = make_precision(cfg.train.precision, device)
+    check_strategy_precision(cfg.distributed.strategy, precision.name, dist.world_size)
     seed_everything(cfg.train.seed)
     data = build_data(
         cfg.data, device, cfg.train.seed, dist.rank, dist.world_size, cfg.model.channels_last,
@@ -172,7 +173,7 @@ def build_parts(cfg: Config, dist: DistInfo) -> RunParts:
     if cfg.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
     train_metrics, val_metrics, flops = dry_step(task, model, cfg, data, device, precision)
-    strategy = make_strategy(dist, device)
+    strategy = make_strategy(dist, device, cfg.distributed.strategy, precision.name)
     train_model = wrap_model(model, cfg, device, strategy)
     optimizer = make_optimizer(list(model.parameters()), cfg.optim)
     steps_per_epoch = max(len(data.train) // cfg.optim.grad_accum, 1)

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 import tuitrain
 from tuitrain.core.config import Config
@@ -163,7 +162,8 @@ class Trainer:
         if need_grad_norm or self.cfg.optim.grad_clip > 0:
             p.precision.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             max_norm = self.cfg.optim.grad_clip or math.inf
-            self.meter.grad_norm = nn.utils.clip_grad_norm_(p.model.parameters(), max_norm)
+            # sharded (FSDP) gradients: the strategy gives the whole model's norm
+            self.meter.grad_norm = self.strategy.clip_grad_norm_(p.model.parameters(), max_norm)
         scale_before = self.meter.note_scale_before_step()
         p.precision.step(optimizer)  # fp16: skipped on inf/NaN grads, then scale update
         self.meter.note_scale_after_step(scale_before)
@@ -509,8 +509,10 @@ class Trainer:
         )
 
     def write_sample(self) -> None:
-        """The task's sample (charlm: text from a fixed prompt) as an event, rank 0 only."""
-        if not self.dist.is_main:
+        """The task's sample (charlm: text from a fixed prompt) as an event, rank 0 only.
+        Where the forward is a collective (FSDP) every rank runs it (a seeded generator of
+        its own: no rank's RNG moves) and rank 0 alone writes it."""
+        if not self.dist.is_main and not self.strategy.collective_forward:
             return
         p = self.parts
         p.model.eval()
@@ -519,7 +521,7 @@ class Trainer:
                 text = self.task.sample(p.model, p.device)
         finally:
             p.model.train()
-        if isinstance(text, str) and text:
+        if isinstance(text, str) and text and self.dist.is_main:
             self.sink.write(
                 event_record(f"sample at step {self.step}: {text!r}", kind="sample", text=text)
             )
@@ -533,6 +535,9 @@ class Trainer:
             return None
         self.meter.note_sync()  # the state is copied to the host
         if not self.dist.is_main:
+            if self.strategy.collective_state:  # the gather to rank 0: every rank joins it
+                self.strategy.model_state_dict()
+                self.strategy.optimizer_state_dict(self.parts.optimizer)
             self.save_rank_state()
             return None
         with self.control.critical():  # a second Ctrl-C waits for the file and its event
@@ -603,7 +608,7 @@ class Trainer:
             "best": self.best,  # the primary metric's best so far, and evaluations since
             "evals_since_best": self.evals_since_best,
             "model": self.strategy.model_state_dict(),  # never the compiled/DDP wrapper's
-            "optimizer": p.optimizer.state_dict(),
+            "optimizer": self.strategy.optimizer_state_dict(p.optimizer),
             "scheduler": p.scheduler.state_dict(),
             "scaler": scaler.state_dict() if scaler is not None else None,
             "rng": rng_state(),
@@ -616,7 +621,7 @@ class Trainer:
         p = self.parts
         check_compatible(state, p.model, self.cfg.name)
         self.strategy.load_model_state_dict(state["model"])
-        p.optimizer.load_state_dict(state["optimizer"])
+        self.strategy.load_optimizer_state_dict(p.optimizer, state["optimizer"])
         p.scheduler.load_state_dict(state["scheduler"])
         if p.precision.scaler is not None and state.get("scaler"):
             p.precision.scaler.load_state_dict(state["scaler"])

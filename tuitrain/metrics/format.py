@@ -180,10 +180,22 @@ def format_header_line(rec: Record) -> str:
     parts.append(f"device {device}")
     parts.append(f"precision {precision_label(rec)}")
     parts.append(f"compile {_onoff(rec.get('compile'))}")
-    parts.append(f"world_size {rec.get('world_size') if rec.get('world_size') is not None else 1}")
+    parts.append(f"world_size {world_label(rec, 1)}")
     if rec.get("torch"):
         parts.append(f"torch {rec['torch']}")
     return " | ".join(parts)
+
+
+def world_label(header: Record, missing: object = DASH) -> str:
+    """The header's world size, with how the model is spread over the ranks beside it when
+    there are more than one (``2 (fsdp)``); `missing` where the header has none."""
+    world = header.get("world_size")
+    if world is None:
+        return str(missing)
+    config = header.get("config")
+    dist = config.get("distributed") if isinstance(config, dict) else None
+    strategy = dist.get("strategy") if isinstance(dist, dict) else None
+    return f"{world} ({strategy})" if isinstance(strategy, str) and world != 1 else str(world)
 
 
 def format_train_line(rec: Record, total: int | None = None, eta_s: float | None = None) -> str:

@@ -62,6 +62,10 @@ class CharGPT(nn.Module):
             if name.endswith(("proj.weight", "mlp.2.weight")):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * layers))
 
+    def fsdp_blocks(self) -> list[nn.Module]:
+        """The units FSDP shards one by one (distributed.strategy = "fsdp"): the blocks."""
+        return list(self.blocks)
+
     @staticmethod
     def _init(module: nn.Module) -> None:
         if isinstance(module, nn.Linear):

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
-from tuitrain.metrics.format import DASH, format_duration, format_number, precision_label
+from tuitrain.metrics.format import (
+    DASH,
+    format_duration,
+    format_number,
+    precision_label,
+    world_label,
+)
 from tuitrain.ui.panels import is_script_run
 from tuitrain.ui.view import (
     Frame,
@@ -75,14 +81,14 @@ class StatusBar(Static):
             return (
                 f"{badge} [b]{esc(header.get('preset') or DASH)}[/b] · {esc(device)} · "
                 f"[b]{esc(precision_label(header))}[/b] · compile {compile_text} · "
-                f"world {esc(header.get('world_size') or DASH)}\n" + self.progress_line(frame)
+                f"world {esc(world_label(header))}\n" + self.progress_line(frame)
             )
         line1 = (
             f"{badge} [b]{esc(header.get('preset') or DASH)}[/b]  "
             f"[$foreground-muted]device[/] {device_text}  "
             f"[$foreground-muted]precision[/] [b]{esc(precision_label(header))}[/b]  "
             f"[$foreground-muted]compile[/] {compile_text}  "
-            f"[$foreground-muted]world[/] {esc(header.get('world_size') or DASH)}"
+            f"[$foreground-muted]world[/] {esc(world_label(header))}"
         )
         return line1 + "\n" + self.progress_line(frame)
 
