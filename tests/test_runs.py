@@ -143,3 +143,28 @@ def test_steps_outside_the_contracts_range_are_not_counted(tmp_path: Path, bad: 
     top = {"type": "train", "step": STEP_MAX, "samples_per_s": 10.0}
     row = read_row(write(tmp_path / "top", [start, *trains, top]))
     assert row is not None and row.steps == STEP_MAX  # the largest step is fine
+
+
+def test_a_script_run_is_listed_with_its_steps_per_second(tmp_path: Path) -> None:
+    """A script's run has no samples/s: the table shows its steps/s (from step_time_s)
+    rather than a dash; a run with samples/s keeps showing those."""
+    from tuitrain.metrics.format import rate_text
+
+    run = write(
+        tmp_path / "script",
+        [
+            header("2026-12-04T10:00:00+00:00", preset="s", task="script"),
+            *({"type": "train", "step": s, "loss": 1.0, "step_time_s": 0.25} for s in range(5)),
+        ],
+    )
+    row = read_row(run)
+    assert row is not None and row.step_time_s == 0.25
+    assert rate_text(row) == "4.000 steps/s"
+    engine = write(
+        tmp_path / "engine",
+        [
+            header("2026-12-04T10:00:00+00:00", preset="e"),
+            {"type": "train", "step": 1, "loss": 1.0, "samples_per_s": 1234.0, "step_time_s": 0.2},
+        ],
+    )
+    assert rate_text(read_row(engine)) == "1,234/s"

@@ -334,9 +334,14 @@ def duration_text(seconds: float | None) -> str:
 
 
 def rate_text(row: RunSummary) -> str:
+    """tokens/s, else samples/s, else steps/s (a script's run, whose samples are unknown)."""
     if row.tokens_per_s is not None:
         return f"{row.tokens_per_s:,.0f} tok/s"
-    return "–" if row.samples_per_s is None else f"{row.samples_per_s:,.0f}/s"
+    if row.samples_per_s is not None:
+        return f"{row.samples_per_s:,.0f}/s"
+    if row.step_time_s is not None and row.step_time_s > 0:
+        return f"{format_value(1.0 / row.step_time_s)} steps/s"
+    return "–"
 
 
 def cells(row: RunSummary) -> list[str]:

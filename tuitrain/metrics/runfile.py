@@ -368,6 +368,7 @@ class RunSummary:
     duration_s: float | None
     started: str | None
     best_mode: str = "max"  # the best metric's declared goal: "max" (accuracy) or "min" (loss)
+    step_time_s: float | None = None  # median seconds a step: a script's rate where no samples/s
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -443,6 +444,7 @@ def summarize_run(run_dir: Path) -> RunSummary | None:
         duration_s=float(duration) if duration is not None else None,
         started=started,
         best_mode="max" if task["mode"] == "max" else "min",
+        step_time_s=_median([r.get("step_time_s") for r in trains]),
     )
 
 
