@@ -19,7 +19,15 @@ async def settle(pilot: Pilot) -> None:
     await pilot.pause()
     app = pilot.app
     assert isinstance(app, TuitrainApp)
+    # The charts and sparklines are drawn to their panel's size: poll once the layout has
+    # given every panel one (on a loaded machine the first poll can come before it)
+    for _ in range(200):
+        if all(panel.content_size.width > 0 for panel in app.panels if panel.display):
+            break
+        await pilot.pause(0.01)
     app.poll_all()
+    await pilot.pause()
+    app.poll_all()  # a chart laid out by the first poll's text is drawn to its size now
     await pilot.pause()
     # The log scrolls to its end after a layout; make that happen before the screenshot.
     app.event_log.scroll_end(animate=False, immediate=True)
