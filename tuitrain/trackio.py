@@ -26,11 +26,9 @@ routed here.
 from __future__ import annotations
 
 import enum
-import os
 import sys
 from collections.abc import Mapping
 from contextvars import ContextVar
-from datetime import datetime
 from types import TracebackType
 from typing import Any
 
@@ -191,11 +189,8 @@ def init(
     if running is not None:
         running.finish()
     meta = {k: v for k, v in (("project", project), ("group", group)) if v}
-    directory = None
-    if not os.environ.get("TUITRAIN_RUN_DIR"):
-        stem = name or client.script_name()
-        directory = _unique(f"runs/{stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
-    inner = client.init(directory, dict(config or {}), name, **meta)
+    # the client picks the folder: runs/<name>-<stamp>, made atomically (rundirs)
+    inner = client.init(None, dict(config or {}), name, **meta)
     dict.clear(globals()["config"])
     dict.update(globals()["config"], inner.config)
     inner.config = globals()["config"]
@@ -203,14 +198,6 @@ def init(
     context_vars.current_run.set(run)
     context_vars.current_project.set(project)
     return run
-
-
-def _unique(path: str) -> str:
-    found, n = path, 1
-    while os.path.exists(os.path.join(found, "metrics.jsonl")):
-        n += 1
-        found = f"{path}-{n}"
-    return found
 
 
 def log(metrics: Mapping[str, Any], step: int | None = None) -> None:

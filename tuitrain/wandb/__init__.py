@@ -28,7 +28,6 @@ import enum
 import os
 import sys
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from typing import Any
 
 from tuitrain.client import core as client
@@ -128,8 +127,7 @@ def init(
         stem = name or client.script_name()
         if dir is not None:
             directory = _unique(os.path.join(dir, "tuitrain-" + stem))
-        else:
-            directory = _unique(f"runs/{stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+        # else None: the client picks runs/<name>-<stamp>, made atomically (rundirs)
     inner = client.init(directory, merged, name, **meta)
     dict.clear(globals()["config"])
     dict.update(globals()["config"], inner.config)
