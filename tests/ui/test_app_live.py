@@ -74,6 +74,15 @@ async def test_panels_show_values(ui_overrides: Callable[..., list[str]]) -> Non
     assert app.return_value == 0
 
 
+def footer_says(app: TuitrainApp, label: str) -> bool:
+    """Whether the footer offers space as `label` (Pause while running, Resume while paused)."""
+    return any(
+        active.binding.description == label
+        for key, active in app.active_bindings.items()
+        if key == "space" and active.enabled and active.binding.show
+    )
+
+
 @pytest.mark.slow
 async def test_space_pauses_and_resumes(ui_overrides: Callable[..., list[str]]) -> None:
     app = make_app(ui_overrides(epochs=40))
@@ -87,7 +96,10 @@ async def test_space_pauses_and_resumes(ui_overrides: Callable[..., list[str]]) 
         await pilot.pause(1.2)
         assert latest_step(app) == paused_at, "the step counter advanced while paused"
         assert "PAUSED" in text_of(app.query_one(StatusBar))
+        await wait_for(pilot, lambda: footer_says(app, "Resume"), what="space's label: Resume")
+        assert not footer_says(app, "Pause")
         await pilot.press("space")
+        await wait_for(pilot, lambda: footer_says(app, "Pause"), what="space's label: Pause")
         await wait_for(pilot, lambda: latest_step(app) > paused_at + 2, what="steps after resume")
         await pilot.press("q", "q")
         await wait_for(pilot, lambda: not app.is_running, what="the exit")

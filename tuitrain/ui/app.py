@@ -110,7 +110,9 @@ class TuitrainApp(ViewingApp):
             show=False,
             tooltip="The parity check with a control: fp32 again with another seed",
         ),
-        Binding("space", "toggle_pause", "Pause", tooltip="Pause or resume at a step boundary"),
+        Binding("space", "toggle_pause", "Pause", tooltip="Pause at the next step boundary"),
+        # the same key while the run is paused: the footer says what it does now
+        Binding("space", "resume", "Resume", tooltip="Resume the paused run"),
         Binding("s", "checkpoint", "Checkpoint", tooltip="Save a checkpoint after this step"),
         Binding("f", "profile", "Profile", tooltip=f"Profile the next {PROFILE_STEPS} steps"),
         Binding(
@@ -158,6 +160,7 @@ class TuitrainApp(ViewingApp):
         self.memory_wanted = False  # m was pressed: say where the snapshot went
         self.last_event: object = None  # the newest event already acted on
         self._text_version: tuple[int, bool] = (-1, False)  # (store version, compact layout)
+        self._paused_shown = False  # which of space's two footer labels shows
         self.footer = Footer()
         self.ui_cpu = ThreadCpuShare()  # the UI thread's own CPU share, shown on live runs
         self._dead = False  # watch mode: the run's writer is gone without an end record
@@ -313,6 +316,10 @@ class TuitrainApp(ViewingApp):
         self.ui_cpu.sample()
         self.check_steering()
         frame = self.frame()
+        paused = self.run_paused()
+        if paused != self._paused_shown:  # space now resumes (or pauses): the footer says so
+            self._paused_shown = paused
+            self.refresh_bindings()
         self.status_bar.refresh_text(frame, stopping=self.pending is not None)
         self.refresh_banner(frame)
         # The summaries depend on the layout too (compact: the per-rank table is one note).
@@ -446,6 +453,9 @@ class TuitrainApp(ViewingApp):
             self.request_quit()
         elif choice == "detach":
             self.detach()
+
+    def action_resume(self) -> None:
+        self.action_toggle_pause()
 
     def action_toggle_pause(self) -> None:
         if isinstance(self.screen, ParityScreen):

@@ -28,7 +28,7 @@ STEER_CHECK_S = 1.0  # how often a viewer looks whether its run can be steered
 # actions that need the hosted engine in this process (never a viewer's)
 ENGINE_ACTIONS = frozenset({"pick_preset", "parity", "memory_snapshot"})
 # actions a viewer offers while its run listens on the control channel
-STEER_ACTIONS = frozenset({"toggle_pause", "checkpoint", "profile", "stop_run"})
+STEER_ACTIONS = frozenset({"toggle_pause", "resume", "checkpoint", "profile", "stop_run"})
 VIEWER_QUIT_TIP = "Close this viewer; the run is left alone"
 
 
@@ -152,10 +152,20 @@ class ViewingApp(SessionApp):
         self.badge.place(self.size.width)
         self.refresh_bindings()
 
+    def run_paused(self) -> bool:
+        """Paused or pausing (the engine's control here; the records for a watched run):
+        what space undoes."""
+        host = self.host
+        if host is None:
+            return paused_by_records(self.store.snapshot())
+        return bool(host.control.paused)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """A viewer offers (footer, help, palette) and obeys only the keys that act."""
         if action == "back_to_runs":
             return self.back_to is not None
+        if action in ("toggle_pause", "resume") and self.run_paused() != (action == "resume"):
+            return False  # space's other label: the one that says what it does now
         if self.host is not None:
             return action != "stop_run"  # q asks first on the dashboard
         if action in ENGINE_ACTIONS:  # no engine in this process: a viewer, a script's run
