@@ -66,7 +66,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 import tuitrain
-from tuitrain.client import rundirs
+from tuitrain.client import ranks, rundirs
 from tuitrain.core.errors import UserError
 from tuitrain.metrics.alerts import AlertRules
 from tuitrain.metrics.records import (
@@ -153,10 +153,16 @@ def init(
         _current.finish()
     global _other
     rank = other_rank()
+    job = ranks.next_job_key()  # every rank's n-th run: the same key (None: one process)
+    pointer = ranks.pointer_path(run_dir, name or script_name(), job) if job else None
     if rank is not None:  # rank 0 writes the run; the job never dies of a second writer
-        _other = OtherRankRun(rank, config, name)
+        if _other is not None:
+            _other.finish()
+        _other = OtherRankRun(rank, config, name, pointer)
         return _other  # type: ignore[return-value]
     _current = Run(run_dir, config, name, **options)
+    if pointer is not None:
+        _current._gather_ranks(pointer)
     return _current
 
 
@@ -173,11 +179,18 @@ def other_rank() -> int | None:
 class OtherRankRun:
     """What `init` returns on ranks other than 0 of a torchrun job (every rank calling
     `tuitrain.init`/`log` is the naive port of a one-process script): the run's calls are
-    accepted and nothing is written, so rank 0's run is the job's one run and no rank takes
-    the run dir's lock from it (which ended the user's job). wandb's convention, logging
-    from rank 0 only, keeps working as it did."""
+    accepted and no run is written, so rank 0's run is the job's one run and no rank takes
+    the run dir's lock from it (which ended the user's job). The rank's step time and memory
+    reach rank 0's run (`tuitrain.client.ranks`, given rank 0's `pointer`). wandb's
+    convention, logging from rank 0 only, keeps working as it did."""
 
-    def __init__(self, rank: int, config: Mapping[str, Any] | None, name: str | None) -> None:
+    def __init__(
+        self,
+        rank: int,
+        config: Mapping[str, Any] | None,
+        name: str | None,
+        pointer: Path | None = None,
+    ) -> None:
         import tempfile
 
         self.rank = rank
@@ -197,10 +210,21 @@ class OtherRankRun:
         self.step = 0
         self.highest_step = -1
         self._said: set[str] = set()
+        self._reporter = ranks.RankReporter(rank, pointer) if pointer is not None else None
 
     def log(self, data: Mapping[str, Any], step: int | None = None, commit: bool = True) -> None:
+        if self.finished:
+            return
+        at = self.step if step is None else _as_step(step)
+        if at is None:
+            return
         if step is None and commit:
             self.step += 1
+        elif step is not None:
+            self.step = max(self.step, at + 1 if commit else at)
+        self.highest_step = max(self.highest_step, at)
+        if self._reporter is not None and data:
+            self._reporter.note(at)
 
     def update_config(self, values: Mapping[str, Any]) -> None:
         dict.update(self.config, _plain(dict(values)))
@@ -215,6 +239,8 @@ class OtherRankRun:
         pass
 
     def finish(self, exit_code: int | None = None, **_: Any) -> None:
+        if not self.finished and self._reporter is not None:
+            self._reporter.close()  # its last figures, from its thread (waits 2 s at most)
         self.finished = True
 
     def __enter__(self) -> OtherRankRun:
@@ -235,6 +261,8 @@ def log(data: Mapping[str, Any], step: int | None = None, commit: bool = True) -
 def finish(exit_code: int | None = None) -> None:
     if _current is not None:
         _current.finish(exit_code)
+    if _other is not None:
+        _other.finish(exit_code)  # another rank: its last figures go to rank 0's run
 
 
 def script_name() -> str:
@@ -342,6 +370,8 @@ class Run:
         self._exc: tuple[str, str] | None = None  # an uncaught exception: (type, message)
         self._signal: str | None = None
         self._exit_code: int | None = None  # what sys.exit was given
+        self._ranks: ranks.RankReader | None = None  # the other ranks' figures (torchrun)
+        self._pointer: Path | None = None
         self._exit_message = ""  # sys.exit("message"): the message
         self._exit_unknown = ""  # a SystemExit whose code the client could not read: where
         self.dropped_rows = 0  # log calls that never reached the file
@@ -547,6 +577,8 @@ class Run:
             self.sink.write(end)
             self.sink.close()
         self._lock_file.release()
+        if self._pointer is not None:
+            ranks.remove_pointer(self._pointer)
         rundirs.note_used(self.dir)  # the next run asking for this folder gets one beside it
         self._unhook()
         if _current is self:
@@ -722,7 +754,24 @@ class Run:
             with contextlib.suppress(Exception):
                 # the client's measurement (a user's is user/...)
                 add_telemetry(newest, self._telemetry.read())
+        if newest is not None and self._ranks is not None:
+            with contextlib.suppress(Exception):  # the other ranks' figures are a bonus too
+                lists = self._ranks.lists(newest["step"], newest)
+                if lists is not None:
+                    newest.update(lists)
         return out
+
+    def _gather_ranks(self, pointer: Path) -> None:
+        """Rank 0 of a torchrun job: name this run's dir for the other ranks (`pointer`) and
+        read their figures at each flush."""
+        folder = self.dir / ranks.RANKS_DIR
+        try:
+            folder.mkdir(exist_ok=True)
+        except OSError:
+            return
+        if ranks.write_pointer(pointer, self.dir):
+            self._pointer = pointer
+            self._ranks = ranks.RankReader(folder, ranks.world_size())
 
     def say_once(self, what: str) -> None:
         if what not in self._said and _forks == self._forks:
