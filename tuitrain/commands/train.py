@@ -135,7 +135,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--nproc",
         type=int,
         metavar="N",
-        help="run N processes with DDP through torchrun (torch.distributed.run)",
+        help="run N processes with DDP through torchrun (torch.distributed.run); on several "
+        "SLURM nodes (under srun) one torchrun per node, meeting at the first node",
+    )
+    p.add_argument(
+        "--nnodes",
+        type=int,
+        metavar="N",
+        help="with --nproc: N nodes, each running this command, meeting at --rdzv-endpoint",
+    )
+    p.add_argument(
+        "--rdzv-endpoint",
+        metavar="HOST:PORT",
+        help="with --nproc and --nnodes: where the nodes meet (torchrun's c10d rendezvous)",
     )
     return p
 
@@ -159,16 +171,20 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
     return overrides_from(pairs) + (["train.measure_peak=true"] if args.measure_peak else [])
 
 
+LAUNCHER_FLAGS = ("--nproc", "--nnodes", "--rdzv-endpoint")  # the launcher's, not the ranks'
+
+
 def without_nproc(argv: list[str]) -> list[str]:
-    """The command line for each rank: the same, minus --nproc (rank 0 may draw the UI)."""
+    """The command line for each rank: the same, minus --nproc, --nnodes and --rdzv-endpoint
+    (rank 0 may draw the UI)."""
     out: list[str] = []
     skip = False
     for arg in argv:
         if skip:
             skip = False
-        elif arg == "--nproc":
+        elif arg in LAUNCHER_FLAGS:
             skip = True
-        elif not arg.startswith("--nproc="):
+        elif not arg.startswith(tuple(f"{flag}=" for flag in LAUNCHER_FLAGS)):
             out.append(arg)
     return out
 
@@ -266,10 +282,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if value and value != "auto":
                 usable_path(value, flag)
         overrides = args.overrides + flag_overrides(args)
+        if (args.nnodes is not None or args.rdzv_endpoint) and args.nproc is None:
+            raise UserError("--nnodes and --rdzv-endpoint launch ranks: add --nproc N (per node).")
         if args.nproc is not None and "WORLD_SIZE" not in os.environ:
             from tuitrain.host.launch import launch_nproc
 
-            return launch_nproc(args.nproc, without_nproc(argv), nproc_device(args, overrides))
+            device = nproc_device(args, overrides)
+            ranks = without_nproc(argv)
+            return launch_nproc(args.nproc, ranks, device, args.nnodes, args.rdzv_endpoint)
         main_rank = int(os.environ.get("RANK", "0")) == 0
         if args.resume:
             if main_rank:  # said now, not after torch's import

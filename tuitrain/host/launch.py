@@ -12,7 +12,7 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -171,21 +171,136 @@ def run_ui_rank0(
         return run_app(cfg, overrides, dist=dist, resume=resume)
 
 
-def launch_nproc(nproc: int, argv: list[str], device: str = "auto") -> int:
-    """`tuitrain --nproc N ...`: the same command under torch's elastic launcher (torchrun).
-    On CUDA each rank needs a GPU of its own: more ranks than visible GPUs is refused here."""
+SLURM_PORT_BASE = 29500  # the rendezvous port under SLURM: this + SLURM_JOB_ID mod 1000
+RDZV_ID = "tuitrain"  # the rendezvous id of a plain several-node launch (--nnodes)
+SLURM_SPECIAL_STEPS = 0xFFFFFFF0  # step ids from here on: the batch, extern, interactive steps
+
+
+def launcher_args(
+    nproc: int,
+    env: Mapping[str, str],
+    nnodes: int | None = None,
+    rdzv_endpoint: str | None = None,
+) -> list[str]:
+    """torchrun's arguments before the command: one node (`--standalone`); several through
+    a c10d rendezvous, from --nnodes and --rdzv-endpoint, else from SLURM's variables when the
+    job has more than one node."""
+    if nproc < 1:
+        raise UserError(f"--nproc {nproc} must be at least 1.")
+    per_node = f"--nproc_per_node={nproc}"
+    if (nnodes is None) != (rdzv_endpoint is None):
+        raise UserError(
+            "--nnodes and --rdzv-endpoint go together: pass both (the same on every node, the "
+            "endpoint HOST:PORT on one of them), or neither for one node."
+        )
+    if nnodes is not None and rdzv_endpoint is not None:
+        if nnodes < 1:
+            raise UserError(f"--nnodes {nnodes} must be at least 1.")
+        if not rdzv_endpoint.strip() or rdzv_endpoint.startswith(":"):
+            raise UserError(f"--rdzv-endpoint {rdzv_endpoint!r} must be HOST or HOST:PORT.")
+        return [f"--nnodes={nnodes}", per_node, "--rdzv_backend=c10d",
+                f"--rdzv_endpoint={rdzv_endpoint}", f"--rdzv_id={RDZV_ID}"]  # fmt: skip
+    slurm = slurm_rendezvous(env)
+    return [*slurm, per_node] if slurm else ["--standalone", per_node]
+
+
+def _slurm(env: Mapping[str, str], *names: str) -> str:
+    """The first of SLURM's variables `names` that is set (a job step's before the job's)."""
+    return next((env[n].strip() for n in names if env.get(n, "").strip()), "")
+
+
+def _slurm_int(env: Mapping[str, str], *names: str) -> int | None:
+    name = next((n for n in names if env.get(n, "").strip()), "")
+    text = env[name].strip() if name else ""
+    try:  # SLURM_TASKS_PER_NODE reads "2(x3),1": the first node's count
+        return int(text.split("(")[0].split(",")[0]) if text else None
+    except ValueError:
+        raise UserError(f"SLURM variable {name}={text!r} is not a whole number.") from None
+
+
+def slurm_rendezvous(env: Mapping[str, str]) -> list[str]:
+    """torchrun's rendezvous for `tuitrain --nproc N` in a SLURM job step on several nodes:
+    one torchrun per node, meeting at the step's first host; [] outside SLURM or on one node.
+    SLURM's own disagreements (several tasks per node, a batch script outside srun) are one
+    sentence each: torchrun would start N ranks per task, or wait for nodes that never come."""
+    nodes = _slurm_int(env, "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
+    if nodes is None or nodes < 2 or not _slurm(env, "SLURM_JOB_ID"):
+        return []
+    step = _slurm(env, "SLURM_STEP_ID", "SLURM_STEPID")
+    if not step.isdigit() or int(step) >= SLURM_SPECIAL_STEPS:  # the batch script's own step
+        raise UserError(
+            f"this SLURM job has {nodes} nodes, but tuitrain --nproc runs outside srun (on one "
+            "of them), so the other nodes would never join: start it on every node with "
+            "srun --ntasks-per-node=1 tuitrain --nproc N ..., or pass --nnodes 1 "
+            "--rdzv-endpoint localhost for one node."
+        )
+    tasks = _slurm_int(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE",
+                       "SLURM_TASKS_PER_NODE")  # fmt: skip
+    if tasks is not None and tasks > 1:
+        raise UserError(
+            f"SLURM starts {tasks} tasks per node, so torchrun would start --nproc ranks "
+            f"{tasks} times on each node: launch with srun --ntasks-per-node=1 (torchrun "
+            "starts the node's ranks itself)."
+        )
+    nodelist = _slurm(env, "SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST")
+    if not nodelist:
+        raise UserError(
+            "SLURM_JOB_NODELIST is not set, so the first node (the rendezvous host) is "
+            "unknown: run inside srun, or pass --nnodes and --rdzv-endpoint HOST:PORT."
+        )
+    job = _slurm(env, "SLURM_JOB_ID")
+    port = env.get("MASTER_PORT", "").strip() or str(
+        SLURM_PORT_BASE + (int(job) if job.isdigit() else 0) % 1000
+    )
+    # no --node_rank (SLURM_NODEID): the c10d rendezvous numbers the nodes itself, torchrun
+    # warns that it ignores one, and SLURM_NODEID counts the job's nodes, not the step's
+    return [f"--nnodes={nodes}", "--rdzv_backend=c10d",
+            f"--rdzv_endpoint={first_host(nodelist)}:{port}", f"--rdzv_id={job}"]  # fmt: skip
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of SLURM's compressed node list (`node[01-04,07],gpu3` -> `node01`,
+    `rack[1-2]-n[8-9]` -> `rack1-n8`), without `scontrol show hostnames`."""
+    depth, end = 0, len(nodelist)
+    for i, char in enumerate(nodelist):  # the first item: up to a comma outside brackets
+        depth += (char == "[") - (char == "]")
+        if char == "," and depth == 0:
+            end = i
+            break
+    item, host = nodelist[:end].strip(), ""
+    while "[" in item:
+        head, _, rest = item.partition("[")
+        inside, closed, item = rest.partition("]")
+        if not closed:
+            raise UserError(f"SLURM node list {nodelist!r} has an unclosed '['.")
+        host += head + inside.split(",")[0].split("-")[0]  # the first number, its zeros kept
+    host += item
+    if not host:
+        raise UserError(f"SLURM node list {nodelist!r} names no host.")
+    return host
+
+
+def launch_nproc(
+    nproc: int,
+    argv: list[str],
+    device: str = "auto",
+    nnodes: int | None = None,
+    rdzv_endpoint: str | None = None,
+) -> int:
+    """`tuitrain --nproc N ...`: the same command under torch's elastic launcher (torchrun),
+    on one node, or on several (`launcher_args`: --nnodes/--rdzv-endpoint, or SLURM's). On
+    CUDA each rank needs a GPU of its own: more ranks than visible GPUs is refused here."""
+    launcher = launcher_args(nproc, os.environ, nnodes, rdzv_endpoint)  # said before torch
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
     from tuitrain.engine.device import check_nproc
 
-    if nproc < 1:
-        raise UserError(f"--nproc {nproc} must be at least 1.")
     check_nproc(nproc, device)
     os.environ[LAUNCHER_ENV] = str(os.getpid())  # the ranks stop if this process goes away
     try:
-        torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", "tuitrain", *argv])
+        torchrun([*launcher, "-m", "tuitrain", *argv])
     except SignalException as exc:  # the launcher was signalled; torchrun passed it on
         name, code = SIGNAL_NAMES.get(int(exc.sigval), ("a signal", EXIT_FAILED))
         print(f"tuitrain: {name} received; the ranks stopped after saving.", file=sys.stderr)
