@@ -211,6 +211,8 @@ class OtherRankRun:
         self.highest_step = -1
         self._said: set[str] = set()
         self._reporter = ranks.RankReporter(rank, pointer) if pointer is not None else None
+        if self._reporter is not None:
+            atexit.register(self.finish)  # a script that never calls finish: its last figures
 
     def log(self, data: Mapping[str, Any], step: int | None = None, commit: bool = True) -> None:
         if self.finished:
@@ -240,6 +242,7 @@ class OtherRankRun:
 
     def finish(self, exit_code: int | None = None, **_: Any) -> None:
         if not self.finished and self._reporter is not None:
+            atexit.unregister(self.finish)
             self._reporter.close()  # its last figures, from its thread (waits 2 s at most)
         self.finished = True
 
