@@ -239,6 +239,23 @@ class AlertsConfig:
     input_bound_share: float = _f(0.2, "Data wait share of step time.", gt=0.0, max=1.0)
     input_bound_intervals: int = _f(3, "Log points in a row above the share.", min=1, max=10_000)
     straggler: AlertAction = _f("warn", "Under DDP, a rank 1.2x slower than the median.")
+    stalled_rank: Literal["off", "warn", "stop"] = _f(
+        "warn",
+        "With more than one rank, a rank that stopped reaching the step while others wait for"
+        " it in a collective, or whose heartbeat stopped: named, with every rank's Python"
+        " stacks in RUN_DIR/stacks/; stop ends every rank (exit 1) instead of waiting for"
+        " distributed.timeout_s.",
+    )
+    stalled_rank_s: float = _f(
+        30.0,
+        "The stalled-rank bound in seconds: at least this, and at least stalled_rank_factor x"
+        " the median step time; keep it below distributed.timeout_s.",
+        min=1.0,
+        max=1e6,
+    )
+    stalled_rank_factor: float = _f(
+        10.0, "The stalled-rank bound as a multiple of the median step time.", gt=0.0, max=1e6
+    )
     divergence: AlertAction = _f(
         "warn",
         "The loss far above where training started (or above the task's chance level), or the"

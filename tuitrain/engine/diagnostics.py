@@ -1,8 +1,9 @@
 """What the engine says and does about its own train records, at log points only (no extra
 host syncs): the data-wait notice at the start, and the alerts of `tuitrain.metrics.alerts`
 (loss spike, scale collapse, throughput drop, memory creep, input-bound, straggler; a stall
-from the step counter; a non-finite loss), each an event record `"kind": "alert"` and an
-action: warn, pause, checkpoint or stop. `alerts.on_alert` runs a shell command per alert
+from the step counter; a stalled rank from the rank watch, `tuitrain.engine.rankwatch`; a
+non-finite loss), each an event record `"kind": "alert"` and an action: warn, pause,
+checkpoint or stop. `alerts.on_alert` runs a shell command per alert
 with the alert as JSON on its stdin, in a thread of its own: it never blocks the loop, has a
 time limit, and its failure is a warning event, never a failed run."""
 
@@ -111,6 +112,10 @@ class Diagnostics:
         if alert.action == "checkpoint":
             control.request_checkpoint()
             return "a checkpoint is saved at the next step"
+        if alert.action == "stop" and alert.name == "stalled_rank":  # stuck in a collective
+            rank = alert.figures.get("rank")
+            control.request_stop(f"stopped by alert {alert.name} (rank {rank})", EXIT_FAILED)
+            return "every rank ends now, exit 1: no checkpoint, a collective cannot finish"
         if alert.action == "stop":
             control.request_stop(f"stopped by alert {alert.name}", exit_code=EXIT_FAILED)
             return "the run stops after saving"

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import platform
 import re
+import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ from tuitrain.engine.diagnostics import StallWatch
 from tuitrain.engine.factory import is_memory_error
 from tuitrain.engine.setup import DistInfo, RunParts, build_parts
 from tuitrain.engine.trainer import Trainer
+from tuitrain.metrics.alerts import Alert
 from tuitrain.metrics.records import end_record, event_record, header_record
 from tuitrain.metrics.sinks import Sink
 
@@ -173,7 +177,8 @@ def run(
                         step=trainer.step,
                     )
                 )
-        with StallWatch(control, trainer.diagnostics, cfg.alerts.stall_s):
+        watch = rank_watch(cfg, trainer, sink, run_dir, started)
+        with StallWatch(control, trainer.diagnostics, cfg.alerts.stall_s), watch:
             status = trainer.fit()
         trainer.profiler.close(sink)  # a profile the run's end cut short: what it has
     except BaseException as exc:  # noqa: BLE001 - every failure must end the run cleanly
@@ -205,6 +210,65 @@ def run(
         sink.write(run_end_record(result, trainer, started, weights_digest=digest))
         sink.flush()
     return result
+
+
+def rank_watch(
+    cfg: Config, trainer: Trainer, sink: Sink, run_dir: Path | None, started: float
+) -> contextlib.AbstractContextManager[Any]:
+    """With more than one rank, the stalled-rank watch around the loop (engine/rankwatch.py);
+    rank 0 first says when its bound cannot come before the collective's timeout."""
+    import torch.distributed as torch_dist
+
+    from tuitrain.engine.rankwatch import RankWatch, watch_store
+
+    dist, alerts = trainer.dist, cfg.alerts
+    if dist.world_size == 1 or alerts.stalled_rank == "off" or not torch_dist.is_initialized():
+        return contextlib.nullcontext()
+    timeout = cfg.distributed.timeout_s
+    if dist.is_main and alerts.stalled_rank_s >= timeout:
+        sink.write(
+            event_record(
+                f"alerts.stalled_rank_s = {alerts.stalled_rank_s:g} is not below "
+                f"distributed.timeout_s = {timeout:g}: a stuck collective times out before a "
+                "stalled rank can be named; lower alerts.stalled_rank_s or raise "
+                "distributed.timeout_s",
+                level="warning",
+                kind="config",
+            )
+        )
+
+    def raise_alert(message: str, figures: dict[str, Any], step: int | None) -> None:
+        alert = Alert("stalled_rank", alerts.stalled_rank, message, figures)
+        trainer.diagnostics.raise_alert(alert, step)
+
+    def leave(reason: str) -> None:
+        """From the watch thread, the loop stuck: this rank's end record, then exit 1."""
+        result = RunResult("failed", reason, trainer.step, EXIT_FAILED)
+        with contextlib.suppress(Exception):  # best effort: the process ends either way
+            sink.write(event_record(reason, level="error", kind="failed", hint=""))
+            sink.write(run_end_record(result, trainer, started))
+            sink.flush()
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(EXIT_FAILED)
+
+    return RankWatch(
+        watch_store(run_dir),
+        dist.rank,
+        dist.world_size,
+        trainer.progress,
+        trainer.control,
+        run_dir=run_dir,
+        action=alerts.stalled_rank,
+        floor_s=alerts.stalled_rank_s,
+        factor=alerts.stalled_rank_factor,
+        raise_alert=raise_alert,
+        leave=leave,
+        # the dashboard's engine runs in a thread: ending the process would take the UI along
+        may_leave=threading.current_thread() is threading.main_thread(),
+        nccl=trainer.parts.device.type == "cuda",
+    )
 
 
 def no_checkpoint_kept(trainer: Trainer, run_dir: Path | None) -> str:
@@ -326,6 +390,14 @@ def describe_failure(exc: BaseException, trainer: Trainer | None) -> tuple[str, 
     if isinstance(exc, torch.distributed.DistError) or "gloo" in str(exc).lower():
         step = trainer.step if trainer else 0
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        stopped = trainer.control.stop_reason if trainer else ""
+        if trainer and stopped.startswith("stopped by alert stalled_rank"):  # peers ended
+            stacks = trainer.run_dir / "stacks" if trainer.run_dir else "the run dir's stacks"
+            return (
+                f"{stopped}; every rank was ended after step {step}",
+                f"every rank's Python stacks are in {stacks}/",
+                False,
+            )
         return (
             f"lost contact with another rank after step {step} ({first})",
             "a rank died or hung: see its rank-N.log in the run dir; the wait is bounded by "

@@ -30,6 +30,7 @@ from tuitrain.engine.meter import IntervalMeter
 from tuitrain.engine.precision import bf16_supported
 from tuitrain.engine.profiling import StepProfiler
 from tuitrain.engine.ranktime import ForwardClock
+from tuitrain.engine.rankwatch import Progress
 from tuitrain.engine.setup import DistInfo, RunParts
 from tuitrain.engine.state import FORMAT_VERSION, is_number
 from tuitrain.engine.tasks.base import (
@@ -89,6 +90,7 @@ class Trainer:
                 self.timed_forward = clock.timed
             else:
                 clock.attach(parts.model)
+        self.progress = Progress()  # how far into the step this rank is: the rank watch's
         self.profiler = StepProfiler(parts.device, run_dir)
         self.memory = MemorySnapshot(parts.device, run_dir, enabled=dist.is_main)
         self.step = 0
@@ -145,10 +147,14 @@ class Trainer:
     def train_step(self, batches: Any, need_grad_norm: bool) -> None:
         p, model, optimizer = self.parts, self.parts.train_model, self.parts.optimizer
         accum = self.cfg.optim.grad_accum
+        progress = self.progress  # the rank watch reads how far this rank got (two stores)
         for micro in range(accum):
+            progress.micro += 1
+            progress.phase = "data"
             t0 = time.perf_counter()
             batch = next(batches)  # the time blocked here is the data wait
             self.meter.data_wait_s += time.perf_counter() - t0
+            progress.phase = "forward"
             # the gradients synced over the ranks only on the micro-batch that steps
             with self.strategy.no_sync(micro < accum - 1):
                 with p.precision.autocast(), self.timed_forward():
@@ -156,9 +162,11 @@ class Trainer:
                 loss, metrics = split_training_output(out, self.label)
                 if self.check_every_step and not torch.isfinite(loss):
                     raise self.nonfinite_loss(loss)
+                progress.phase = "backward"
                 p.precision.scale(loss / accum).backward()
             tokens = int(self.task.tokens(batch) or 0) if self.count_tokens else 0
             self.meter.add_micro(loss, batch_size_of(self.task, batch, self.label), metrics, tokens)
+        progress.phase = "update"
         if need_grad_norm or self.cfg.optim.grad_clip > 0:
             p.precision.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             max_norm = self.cfg.optim.grad_clip or math.inf

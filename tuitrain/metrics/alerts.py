@@ -4,7 +4,8 @@ host sync), each with an action (`[alerts]` in a preset: off, warn, pause, check
 An alert fires once per episode: when its condition starts to hold, not at every log point
 while it holds; it can fire again once the condition has been clear for QUIET log points.
 A stall (no step at all) cannot be seen in records, which stop coming: the engine's stall
-watch (`tuitrain.engine.diagnostics.StallWatch`) judges it from the step counter.
+watch (`tuitrain.engine.diagnostics.StallWatch`) judges it from the step counter, and with
+more than one rank the rank watch (`tuitrain.engine.rankwatch`) names the rank that stalled.
 
 No torch, no Textual: the engine, tests and tools can judge records with it.
 """
@@ -31,6 +32,7 @@ RULES = (
     "input_bound",
     "straggler",
     "stall",
+    "stalled_rank",
     "nonfinite_loss",
     "nonfinite_metric",
     "divergence",
@@ -40,7 +42,7 @@ RULES = (
 @dataclass(frozen=True)
 class Alert:
     name: str
-    action: str  # warn, pause, checkpoint, stop
+    action: str  # warn, pause, checkpoint, stop (stalled_rank: warn, stop)
     message: str
     figures: dict[str, Any] = field(default_factory=dict)
 
