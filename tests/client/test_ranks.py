@@ -81,7 +81,7 @@ def test_rank_0_alone_logging_writes_what_it_wrote_before(
     other.finish()
     zero.finish()
     assert not any(k.startswith("rank_") for r in trains(job / "exp") for k in r)
-    assert not list((job / "exp" / ranks.RANKS_DIR).iterdir())
+    assert not (job / "exp" / ranks.RANKS_DIR).exists()  # the empty folder went at finish
 
 
 def test_a_rank_ahead_waits_for_rank_0s_step_and_a_quiet_rank_is_null(
@@ -105,13 +105,16 @@ def test_a_rank_ahead_waits_for_rank_0s_step_and_a_quiet_rank_is_null(
     assert math.isnan(reader.lists(13, own)["rank_host_rss_bytes"][1])  # type: ignore[index]
 
 
-def test_a_pointer_from_an_older_job_is_not_followed(tmp_path: Path) -> None:
+def test_a_pointer_from_an_older_job_or_to_a_link_is_not_followed(tmp_path: Path) -> None:
     (tmp_path / "old" / ranks.RANKS_DIR).mkdir(parents=True)
     pointer = tmp_path / "job.json"
     assert ranks.write_pointer(pointer, tmp_path / "old")
     assert ranks.read_pointer(pointer, started=None) == tmp_path / "old" / ranks.RANKS_DIR
     later = json.loads(pointer.read_text())["time"] + ranks.START_SLACK_S + 1
     assert ranks.read_pointer(pointer, started=later) is None
+    (tmp_path / "old" / ranks.RANKS_DIR).rmdir()
+    (tmp_path / "old" / ranks.RANKS_DIR).symlink_to(tmp_path)  # planted: never written through
+    assert ranks.read_pointer(pointer, started=None) is None
 
 
 def check_both_ranks(run_dir: Path) -> None:

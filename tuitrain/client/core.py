@@ -581,7 +581,7 @@ class Run:
             self.sink.close()
         self._lock_file.release()
         if self._pointer is not None:
-            ranks.remove_pointer(self._pointer)
+            ranks.remove_pointer(self._pointer, self.dir)
         rundirs.note_used(self.dir)  # the next run asking for this folder gets one beside it
         self._unhook()
         if _current is self:

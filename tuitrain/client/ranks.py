@@ -97,11 +97,14 @@ def write_pointer(path: Path, run_dir: Path) -> bool:
     return True
 
 
-def remove_pointer(path: Path) -> None:
-    """Rank 0 at finish: its pointer, if it is still its own."""
+def remove_pointer(path: Path, run_dir: Path) -> None:
+    """Rank 0 at finish: its pointer, if it is still its own, and its run dir's `ranks/`
+    folder if no rank wrote there (a job that logged from rank 0 only)."""
     with contextlib.suppress(Exception):
         if json.loads(path.read_text(encoding="utf-8")).get("pid") == os.getpid():
             path.unlink()
+    with contextlib.suppress(OSError):
+        (run_dir / RANKS_DIR).rmdir()  # only when empty
 
 
 def process_start_time() -> float | None:
@@ -129,7 +132,7 @@ def read_pointer(path: Path, started: float | None) -> Path | None:
     if not isinstance(folder, str) or (started is not None and written < started - START_SLACK_S):
         return None
     ranks = Path(folder) / RANKS_DIR
-    return ranks if ranks.is_dir() else None
+    return ranks if ranks.is_dir() and not ranks.is_symlink() else None
 
 
 def cuda_peak_bytes() -> int | None:
