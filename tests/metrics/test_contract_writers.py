@@ -267,7 +267,9 @@ def test_merge_ranks_as_the_engine_did() -> None:
     columns["busy_s"] = [0.3, 0.6]
     columns["step_time_s"] = [0.5, 0.7]
     merge_ranks(rec, columns)
-    assert list(rec) == [*TRAIN_FIELDS, "tokens_per_s", "acc", "rank_step_time_s", "rank_busy_s"]
+    assert list(rec) == [*TRAIN_FIELDS, "tokens_per_s", "acc", "rank_step_time_s", "rank_busy_s",
+                         "rank_mem_peak_bytes", "rank_host_rss_bytes"]  # fmt: skip
+    assert rec["rank_mem_peak_bytes"] == [100, 300]
     assert rec["samples_per_s"] == 400.0 and rec["loss"] == 3.0 and rec["acc"] == 1.0
     assert rec["mem_peak_bytes"] == 300 and isinstance(rec["mem_peak_bytes"], int)
     assert rec["mem_alloc_bytes"] is None  # null on this rank: stays null

@@ -7,8 +7,11 @@ import math
 import pytest
 
 from tuitrain.metrics.records import (
+    COMM_FIELDS,
+    RANK_LISTS,
     RANK_MERGE,
     TELEMETRY_FIELDS,
+    TRAIN_EXTRA_FIELDS,
     TRAIN_FIELDS,
     end_record,
     event_record,
@@ -34,7 +37,10 @@ def test_train_record_has_every_field_in_order() -> None:
 
 
 def test_ddp_merges_only_contract_fields() -> None:
-    assert set(RANK_MERGE) - {"busy_s"} <= set(TRAIN_FIELDS)
+    assert set(RANK_MERGE) - {"busy_s"} <= set(TRAIN_FIELDS) | set(COMM_FIELDS)
+    assert set(RANK_LISTS) <= set(RANK_MERGE) and set(RANK_LISTS.values()) <= set(
+        TRAIN_EXTRA_FIELDS
+    )
     assert set(RANK_MERGE.values()) <= {"sum", "mean", "max", "per-rank"}
     assert set(TELEMETRY_FIELDS) <= set(TRAIN_FIELDS)
 

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from tuitrain.core.control import Control
-from tuitrain.metrics.records import merge_ranks, rank_merge_fields
+from tuitrain.metrics.records import NODE_COLUMN, merge_ranks, rank_merge_fields
 
 
 @dataclass(slots=True)
@@ -24,6 +24,7 @@ class DistInfo:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    node: int = 0  # the node's index in the job (torchrun's GROUP_RANK)
 
     @property
     def is_main(self) -> bool:
@@ -35,11 +36,13 @@ _STOP, _PAUSE, _CHECKPOINT, _PROFILE = range(4)
 
 
 def env_dist_info() -> DistInfo:
-    """Rank and world size as torchrun sets them (single process when absent)."""
+    """Rank, world size and node as torchrun sets them (single process when absent;
+    GROUP_RANK is the node rank of this rank's agent)."""
     return DistInfo(
         rank=int(os.environ.get("RANK", "0")),
         world_size=int(os.environ.get("WORLD_SIZE", "1")),
         local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        node=int(os.environ.get("GROUP_RANK", "0")),
     )
 
 
@@ -97,15 +100,19 @@ def gather_metrics(
     metric_names: tuple[str, ...] = (),
 ) -> None:
     """One all-gather: global samples/s (sum), mean loss, largest memory, each rank's step
-    time and own work per step (data wait + forward, `rank_busy_s`: the straggler measure).
-    What each field becomes is the contract's (`rank_merge_fields`, `merge_ranks` in
-    metrics/records.py); the reductions run here, on the gathered float32 tensor."""
+    time and own work per step (data wait + forward, `rank_busy_s`: the straggler measure),
+    time in collectives, memory and node. What each field becomes is the contract's
+    (`rank_merge_fields`, `merge_ranks` in metrics/records.py); the reductions run here, on
+    the gathered float64 tensor (bytes stay exact to the byte below 2**53)."""
     if info.world_size == 1:
         merge_ranks(record, {"step_time_s": [record["step_time_s"]]})
         return
     fields = list(rank_merge_fields(record, metric_names))
     values = [record.get(f) for f in fields]  # busy_s: None (NaN) where this rank has none
-    local = torch.tensor([float("nan") if v is None else float(v) for v in values], device=device)
+    fields.append(NODE_COLUMN)
+    values.append(info.node)
+    floats = [float("nan") if v is None else float(v) for v in values]
+    local = torch.tensor(floats, dtype=torch.float64, device=device)
     gathered = [torch.empty_like(local) for _ in range(info.world_size)]
     dist.all_gather(gathered, local)  # sync point: one collective per log interval
     rows = torch.stack(gathered).cpu()

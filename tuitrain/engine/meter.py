@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from tuitrain.engine.comm import CommClock
 from tuitrain.engine.device import synchronize
 from tuitrain.engine.precision import Precision
 from tuitrain.engine.ranktime import ForwardClock
@@ -53,6 +54,7 @@ class IntervalMeter:
         self._skipped_dev = torch.zeros((), device=device, dtype=torch.int64)
         self._last_scale: float | None = None
         self.forward_clock: ForwardClock | None = None  # DDP only: the straggler measure
+        self.comm_clock: CommClock | None = None  # DDP, FSDP: time in collectives
         self.restart()
 
     def restart(self) -> None:
@@ -76,6 +78,8 @@ class IntervalMeter:
         self.data_wait_s = 0.0
         if self.forward_clock is not None:
             self.forward_clock.reset()
+        if self.comm_clock is not None:
+            self.comm_clock.reset()
         self._t0 = time.perf_counter()
 
     def state_dict(self) -> dict[str, Any]:
@@ -145,6 +149,7 @@ class IntervalMeter:
         busy_s = None
         if self.forward_clock is not None:  # this rank's own work per step, read after the sync
             busy_s = (self.data_wait_s + self.forward_clock.read()) / max(self.steps, 1)
+        comm = self.comm_fields(wall)
         record = train_record(
             step=step,
             epoch=epoch,
@@ -167,12 +172,29 @@ class IntervalMeter:
                 name: float(total.item()) / micro for name, total in self._metric_sums.items()
             },
             busy_s=busy_s,
+            comm=comm,
         )
         self.last_loss = loss
         self.host_syncs = 0
         self.monitor_carry_s = 0.0
         self.restart()
         return record
+
+    def comm_fields(self, wall: float) -> dict[str, float | None] | None:
+        """Seconds per optimizer step in collectives (and of them exposed: what the step
+        waited for, DDP only) and their shares of the step time; None without a clock."""
+        if self.comm_clock is None:
+            return None
+        comm_s, exposed_s = self.comm_clock.read()  # after the sync: its CUDA events are done
+        steps = max(self.steps, 1)
+        step_time_s = wall / steps
+        exposed = None if exposed_s is None else exposed_s / steps
+        return {
+            "comm_s": comm_s / steps,
+            "comm_exposed_s": exposed,
+            "comm_frac": min(comm_s / steps / step_time_s, 1.0),
+            "comm_exposed_frac": None if exposed is None else min(exposed / step_time_s, 1.0),
+        }
 
     def monitor_fields(self, wall: float, synced: float) -> dict[str, float | int | None]:
         """Achieved TFLOP/s and MFU over the clock's interval (this rank's), and the monitor's

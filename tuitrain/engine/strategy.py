@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tuitrain.engine.comm import CommClock
 from tuitrain.engine.distributed import DistInfo, gather_metrics
 
 
@@ -32,6 +33,7 @@ class Strategy:
     def __init__(self, dist: DistInfo, device: torch.device) -> None:
         self.dist, self.device = dist, device
         self.module: nn.Module | None = None  # the plain module, once wrapped
+        self.comm_clock: CommClock | None = None  # DDP, FSDP: time in collectives
 
     def wrap(self, model: nn.Module) -> nn.Module:
         """What the step calls (torch.compile goes over it); `model` stays the plain one."""
@@ -95,6 +97,8 @@ class DDPStrategy(Strategy):
         self.module = model
         ids = [self.device.index] if self.device.type == "cuda" else None
         self.ddp = DistributedDataParallel(model, device_ids=ids)
+        self.comm_clock = CommClock(self.device)
+        self.comm_clock.attach_ddp(self.ddp)  # the default all-reduce, its buckets timed
         return self.ddp
 
     def no_sync(self, skip: bool) -> contextlib.AbstractContextManager[Any]:
@@ -180,9 +184,12 @@ class FSDPStrategy(Strategy):
         kwargs: dict[str, Any] = {"mesh": mesh}
         if policy is not None:
             kwargs["mp_policy"] = policy
-        for block in fsdp_blocks(model):
+        blocks = fsdp_blocks(model)
+        for block in blocks:
             fully_shard(block, **kwargs)
         fully_shard(model, **kwargs)  # the root: what no block holds (embeddings, head)
+        self.comm_clock = CommClock(self.device)
+        self.comm_clock.attach_fsdp([*blocks, model])  # its all-gathers and reduce-scatters
         self.module = model  # the same object, its class now an FSDPModule
         return model
 

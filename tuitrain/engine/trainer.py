@@ -91,6 +91,7 @@ class Trainer:
             else:
                 clock.attach(parts.model)
         self.progress = Progress()  # how far into the step this rank is: the rank watch's
+        self.meter.comm_clock = self.strategy.comm_clock  # DDP, FSDP: time in collectives
         self.profiler = StepProfiler(parts.device, run_dir)
         self.memory = MemorySnapshot(parts.device, run_dir, enabled=dist.is_main)
         self.step = 0

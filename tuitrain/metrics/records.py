@@ -103,8 +103,8 @@ def header_record(**fields: Any) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- train records
 
-# What one train record holds, in order (under DDP `rank_step_time_s` and `rank_busy_s` follow;
-# one process has `rank_step_time_s` only).
+# What one train record holds, in order (under DDP or FSDP the COMM_FIELDS, then the per-rank
+# lists of RANK_LISTS follow; one process has `rank_step_time_s` only).
 TELEMETRY_FIELDS = (
     "mem_alloc_bytes",
     "mem_reserved_bytes",
@@ -140,9 +140,16 @@ TRAIN_FIELDS = (
     "grad_norm",
     *MONITOR_FIELDS,
 )
-# How DDP merges each rank's figure into rank 0's record (one all-gather per log point):
-# `busy_s` (this rank's data wait + forward per step) becomes the per-rank list `rank_busy_s`,
-# `step_time_s` also the per-rank list `rank_step_time_s`.
+# Time in collectives per optimizer step (DDP, FSDP; engine/comm.py): seconds in them (the union
+# of their spans), of those the part the step waited for (after the backward's compute ended;
+# null under FSDP, where it is not measured), and both as shares of the step time.
+COMM_FIELDS = ("comm_s", "comm_exposed_s", "comm_frac", "comm_exposed_frac")
+# How DDP and FSDP merge each rank's figure into rank 0's record (one all-gather per log
+# point): `busy_s` (this rank's data wait + forward per step) becomes the per-rank list
+# `rank_busy_s`, `step_time_s` also the per-rank list `rank_step_time_s`. The time in
+# collectives is the rank that spent most there (in lockstep, the rank waiting longest for
+# the others: the fastest one, so the max shows the wait a straggler causes).
+
 RANK_MERGE: dict[str, str] = {
     "samples_per_s": "sum",
     "loss": "mean",
@@ -159,7 +166,22 @@ RANK_MERGE: dict[str, str] = {
     "syncs_per_step": "max",
     "monitor_s": "max",
     "monitor_frac": "max",
+    "comm_s": "max",
+    "comm_exposed_s": "max",
+    "comm_frac": "max",
+    "comm_exposed_frac": "max",
 }
+# Merged fields whose per-rank values the record keeps too (as these lists), when every
+# rank has one: the comm shares, each rank's device allocator peak (CUDA) and host RSS.
+RANK_LISTS = {
+    "comm_frac": "rank_comm_frac",
+    "comm_exposed_frac": "rank_comm_exposed_frac",
+    "mem_peak_bytes": "rank_mem_peak_bytes",
+    "host_rss_bytes": "rank_host_rss_bytes",
+}
+# Each rank's node (torchrun's GROUP_RANK), gathered beside the record's fields and kept as
+# `rank_node` only when the job spans more than one node.
+NODE_COLUMN = "rank_node"
 
 
 def train_record(
@@ -181,15 +203,18 @@ def train_record(
     tokens_per_s: float | None = None,
     metrics: Mapping[str, float | None] | None = None,
     busy_s: float | None = None,
+    comm: Mapping[str, float | None] | None = None,
 ) -> dict[str, Any]:
     """A train record with every field of TRAIN_FIELDS, in that order (`monitor`: the
     MONITOR_FIELDS, each null when absent); then `tokens_per_s` (a task that counts tokens),
     the task's own train `metrics` (names from `user_field`, never a contract field) and
     `busy_s` (DDP: this rank's own work per step, which `merge_ranks` turns into
-    `rank_busy_s`), each only when given."""
+    `rank_busy_s`), and `comm` (the COMM_FIELDS, each null when absent), each only when
+    given."""
     monitor = monitor or {}
     metrics = metrics or {}
     unknown = (set(telemetry) - set(TELEMETRY_FIELDS)) | (set(monitor) - set(MONITOR_FIELDS))
+    unknown |= set(comm or {}) - set(COMM_FIELDS)
     if unknown:
         raise ValueError(f"telemetry or monitor fields outside the contract: {sorted(unknown)}")
     _refuse("train", {n for n in metrics if not isinstance(n, str) or n in CONTRACT_FIELDS})
@@ -214,15 +239,25 @@ def train_record(
     if tokens_per_s is not None:
         record["tokens_per_s"] = tokens_per_s
     record.update(metrics)
+    if comm is not None:
+        record.update((name, comm.get(name)) for name in COMM_FIELDS)
     if busy_s is not None:
         record["busy_s"] = busy_s
     return record
 
 
-# Fields a train record may hold beside TRAIN_FIELDS: the per-rank lists (DDP) and
-# `tokens_per_s` (a task that counts tokens). Any other field of a train record is one of the
-# task's own train metrics, which the header's `task.metrics` declares.
-TRAIN_EXTRA_FIELDS = ("rank_step_time_s", "rank_busy_s", "tokens_per_s", "dropped_fields")
+# Fields a train record may hold beside TRAIN_FIELDS: the time in collectives and the per-rank
+# lists (DDP, FSDP) and `tokens_per_s` (a task that counts tokens). Any other field of a train
+# record is one of the task's own train metrics, which the header's `task.metrics` declares.
+TRAIN_EXTRA_FIELDS = (
+    *COMM_FIELDS,
+    "rank_step_time_s",
+    "rank_busy_s",
+    *RANK_LISTS.values(),
+    NODE_COLUMN,
+    "tokens_per_s",
+    "dropped_fields",
+)
 
 
 # Every field name the contract itself writes in a train or eval record. A user's key or a
@@ -281,8 +316,9 @@ def rank_merge_fields(
 ) -> dict[str, str]:
     """What DDP gathers from every rank, in the order of the gathered vector, and how each
     becomes rank 0's figure: RANK_MERGE, the task's own train metrics (mean over ranks) and
-    tokens/s (a sum)."""
-    merge = dict(RANK_MERGE)
+    tokens/s (a sum); the COMM_FIELDS where the record has them (every rank's strategy is
+    the same, so every rank gathers the same fields)."""
+    merge = {k: how for k, how in RANK_MERGE.items() if k not in COMM_FIELDS or k in record}
     for key in metric_names:
         merge[key] = "mean"
     if "tokens_per_s" in record:
@@ -298,9 +334,11 @@ def merge_ranks(
     """Rank 0's train record made the run's: each field of `columns` (one value per rank,
     NaN for a rank without it; from `rank_merge_fields`) merged as RANK_MERGE says (a field
     this rank has as null stays null), the loss null when any rank's is not finite,
-    `rank_step_time_s` (and `rank_busy_s`, replacing `busy_s`, when gathered) appended and
-    `step_time_s` the slowest rank's. `reduce(field, how)` gives a merged value (the engine
-    reduces its gathered tensor); without it, Python's sum/mean/max of the column."""
+    `rank_step_time_s` (and `rank_busy_s`, replacing `busy_s`, when gathered), the lists of
+    RANK_LISTS (where every rank has the figure) and `rank_node` (gathered, and more than one
+    node) appended, and `step_time_s` the slowest rank's. `reduce(field, how)` gives a merged
+    value (the engine reduces its gathered tensor); without it, Python's sum/mean/max of the
+    column."""
 
     def python_reduce(key: str, how: str) -> float:
         column = [float(v) for v in columns[key]]
@@ -310,13 +348,13 @@ def merge_ranks(
             return math.fsum(column) / len(column)
         return max(column)
 
-    _refuse("rank-merged train", set(columns) - set(record) - {"busy_s"})
+    _refuse("rank-merged train", set(columns) - set(record) - {"busy_s", NODE_COLUMN})
     reduce = reduce or python_reduce
     how_of = {k: RANK_MERGE.get(k, "mean") for k in columns}
     if "tokens_per_s" in columns:
         how_of["tokens_per_s"] = "sum"
     for key, how in how_of.items():
-        if key in ("step_time_s", "busy_s") or record.get(key) is None:
+        if key in ("step_time_s", "busy_s", NODE_COLUMN) or record.get(key) is None:
             continue
         if how in ("sum", "mean"):
             record[key] = float(reduce(key, how))
@@ -331,6 +369,13 @@ def merge_ranks(
     if "busy_s" in columns:
         record["rank_busy_s"] = [float(v) for v in columns["busy_s"]]  # data wait + forward
         record.pop("busy_s", None)
+    for key, name in RANK_LISTS.items():
+        values = [float(v) for v in columns.get(key, ())]
+        if record.get(key) is not None and values and all(map(math.isfinite, values)):
+            record[name] = [int(v) for v in values] if key.endswith("_bytes") else values
+    nodes = [int(v) for v in columns.get(NODE_COLUMN, ())]
+    if len(set(nodes)) > 1:
+        record[NODE_COLUMN] = nodes
     record["step_time_s"] = float(reduce("step_time_s", "max"))
 
 
@@ -653,9 +698,9 @@ NUMBER_FIELDS = frozenset(
     {*(f for f in TRAIN_FIELDS if f not in ("type", "time")), "val_acc", "val_loss",
      "elapsed_s", "world_size", "train_samples", "val_samples", "params", "global_batch",
      "steps_per_epoch", "total_steps",
-     "device_memory_bytes", "flops_per_sample", "peak_tflops"}
+     "device_memory_bytes", "flops_per_sample", "peak_tflops", *COMM_FIELDS}
 )  # fmt: skip
-PER_RANK_FIELDS = frozenset({"rank_step_time_s", "rank_busy_s"})
+PER_RANK_FIELDS = frozenset({"rank_step_time_s", "rank_busy_s", *RANK_LISTS.values(), NODE_COLUMN})
 
 
 def _is_number(value: object) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuitrain.metrics.format import DASH, eta_seconds, format_value
+from tuitrain.metrics.format import DASH, eta_seconds, format_value, human_bytes
 from tuitrain.metrics.records import Record, straggler
 
 # the silence rule is runfile's, shared with `tuitrain runs` (re-exported for the UI)
@@ -342,6 +342,7 @@ class StepClock:
 
 # ------------------------------------------------------------------------------ DDP ranks
 MAX_RANK_ROWS = 4  # more ranks: the slowest ones, then a count of the rest
+MAX_NODE_ROWS = 4  # more nodes: the slowest ones, then a count of the rest
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,61 +352,177 @@ class RankRow:
     busy_s: float  # data wait + forward per step: what the rank does on its own
     vs_median: float  # busy_s / the median rank's
     straggler: bool
+    mem_bytes: float | None = None  # its device allocator peak, else its host RSS
+    comm_frac: float | None = None  # share of the step in collectives
+    exposed_frac: float | None = None  # of the step, the collectives it waited for (DDP)
+    node: int = 0
 
 
-def rank_rows(latest: Record | None) -> tuple[list[RankRow], int]:
-    """Each rank at the last log point (DDP only): the rows to show, slowest first when
-    there are more than MAX_RANK_ROWS, and how many ranks were left out.
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """One node's ranks summed up: the slowest one's own work, the largest memory and
+    comm share among them."""
+
+    node: int
+    ranks: int
+    busy_s: float
+    vs_median: float  # the node's slowest rank against the median rank
+    mem_bytes: float | None
+    comm_frac: float | None
+    exposed_frac: float | None
+
+
+def per_rank(latest: Record, key: str, n: int) -> list[float | None]:
+    """The per-rank list `key` of the record, None per rank where it is absent or short."""
+    values = latest.get(key)
+    if not isinstance(values, list) or len(values) != n:
+        return [None] * n
+    return [float(v) for v in values]
+
+
+def rank_memory(latest: Record | None) -> tuple[str, str]:
+    """The memory the table shows and its column header: each rank's device allocator
+    peak where the device has one (CUDA), else its host RSS."""
+    if (latest or {}).get("rank_mem_peak_bytes"):
+        return "rank_mem_peak_bytes", "dev peak"
+    return "rank_host_rss_bytes", "RSS"
+
+
+def all_rank_rows(latest: Record | None) -> list[RankRow]:
+    """Every rank at the last log point (DDP, FSDP), in rank order; [] for one process.
 
     Ranks run in lockstep, so their step times are equal; their own work (data wait +
     forward, `rank_busy_s`) is what shows a straggler.
     """
     latest = latest or {}
     busy = list(latest.get("rank_busy_s") or [])
-    steps = list(latest.get("rank_step_time_s") or [])
-    if len(busy) < 2:
-        return [], 0
+    n = len(busy)
+    if n < 2:
+        return []
     mid = median(busy) or 0.0
     slow = straggler(busy)
-    rows = [
+    steps = per_rank(latest, "rank_step_time_s", n)
+    mem = per_rank(latest, rank_memory(latest)[0], n)
+    comm = per_rank(latest, "rank_comm_frac", n)
+    exposed = per_rank(latest, "rank_comm_exposed_frac", n)
+    nodes = per_rank(latest, "rank_node", n)
+    return [
         RankRow(
-            r,
-            steps[r] if r < len(steps) else None,
-            t,
-            t / mid if mid > 0 else math.nan,
-            r == slow,
+            rank=r,
+            step_time_s=steps[r],
+            busy_s=t,
+            vs_median=t / mid if mid > 0 else math.nan,
+            straggler=r == slow,
+            mem_bytes=mem[r],
+            comm_frac=comm[r],
+            exposed_frac=exposed[r],
+            node=int(nodes[r] or 0),
         )
         for r, t in enumerate(busy)
     ]
+
+
+def rank_rows(latest: Record | None) -> tuple[list[RankRow], int]:
+    """Each rank at the last log point (DDP, FSDP): the rows to show, slowest first when
+    there are more than MAX_RANK_ROWS, and how many ranks were left out."""
+    rows = all_rank_rows(latest)
     if len(rows) <= MAX_RANK_ROWS:
         return rows, 0
     shown = sorted(rows, key=lambda row: -row.busy_s)[: MAX_RANK_ROWS - 1]
     return shown, len(rows) - len(shown)
 
 
+def largest(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def node_rows(latest: Record | None) -> tuple[list[NodeRow], int]:
+    """One row per node when the job spans more than one (`rank_node`), slowest first
+    when there are more than MAX_NODE_ROWS, and how many nodes were left out."""
+    rows = all_rank_rows(latest)
+    if len({row.node for row in rows}) < 2:
+        return [], 0
+    nodes = []
+    for node in sorted({row.node for row in rows}):
+        mine = [row for row in rows if row.node == node]
+        slowest = max(mine, key=lambda row: row.busy_s)
+        nodes.append(
+            NodeRow(
+                node=node,
+                ranks=len(mine),
+                busy_s=slowest.busy_s,
+                vs_median=slowest.vs_median,
+                mem_bytes=largest([row.mem_bytes for row in mine]),
+                comm_frac=largest([row.comm_frac for row in mine]),
+                exposed_frac=largest([row.exposed_frac for row in mine]),
+            )
+        )
+    if len(nodes) <= MAX_NODE_ROWS:
+        return nodes, 0
+    shown = sorted(nodes, key=lambda row: -row.busy_s)[: MAX_NODE_ROWS - 1]
+    return shown, len(nodes) - len(shown)
+
+
+def comm_share(comm: float | None, exposed: float | None) -> str:
+    """``12%/3%``: the step's share in collectives and, where measured, the share the step
+    waited for; ``12%`` without the second; a dash without either."""
+    if comm is None or not math.isfinite(comm):
+        return DASH
+    if exposed is None or not math.isfinite(exposed):
+        return f"{comm * 100:.0f}%"
+    return f"{comm * 100:.0f}%/{exposed * 100:.0f}%"
+
+
 def rank_note(latest: Record | None) -> str:
     """One line for compact layouts, where the table does not fit: the straggler when there
-    is one, else how many ranks are even ('' for one process)."""
-    rows, rest = rank_rows(latest)
+    is one, else how many ranks are even ('' for one process); then the nodes and the
+    largest share of a step in collectives, when known."""
+    rows = all_rank_rows(latest)
     if not rows:
         return ""
     slow = next((row for row in rows if row.straggler), None)
     if slow is not None:
-        return f"[$warning]⚠ rank {slow.rank} straggler {slow.vs_median:.2f}× median[/]"
-    return f"{len(rows) + rest} ranks even"
+        note = f"[$warning]⚠ rank {slow.rank} straggler {slow.vs_median:.2f}× median[/]"
+    else:
+        note = f"{len(rows)} ranks even"
+    nodes = len({row.node for row in rows})
+    if nodes > 1:
+        note += f" on {nodes} nodes"
+    comm = largest([row.comm_frac for row in rows])
+    if comm is not None:
+        note += f" · comm ≤{comm * 100:.0f}%"
+    return note
 
 
 def rank_table(latest: Record | None) -> str:
-    """Content markup: a per-rank table with the straggler flagged ('' for one process)."""
+    """Content markup: a per-rank table with the straggler flagged ('' for one process):
+    each rank's step, its own work (data + forward) against the median rank's, its memory
+    (device peak, else host RSS) and its share of the step in collectives (/ exposed, DDP);
+    above them one summary row per node when the job spans more than one."""
     rows, rest = rank_rows(latest)
     if not rows:
         return ""
-    lines = ["[b]rank       step  data+fwd  ×median[/b]"]
+    mem_header = rank_memory(latest)[1]
+    exposed = any(row.exposed_frac is not None for row in rows)
+    comm_header = "comm/exp" if exposed else "comm"
+    lines = [f"[b]  rank       step  data+fwd  ×median  {mem_header:>8}  {comm_header:>8}[/b]"]
+    nodes, more_nodes = node_rows(latest)
+    for node in nodes:
+        lines.append(
+            f"{'node ' + str(node.node):>6}  {str(node.ranks) + ' ranks':>9}  "
+            f"{format_seconds(node.busy_s):>8}  {node.vs_median:>7.2f}  "
+            f"{human_bytes(node.mem_bytes):>8}  {comm_share(node.comm_frac, node.exposed_frac):>8}"
+        )
+    if more_nodes:
+        lines.append(f"[dim]… {more_nodes} more nodes, all faster[/dim]")
     for row in rows:
         flag = " [$warning]⚠ straggler[/]" if row.straggler else ""
         lines.append(
-            f"{row.rank:>4}  {format_seconds(row.step_time_s):>9}  "
-            f"{format_seconds(row.busy_s):>8}  {row.vs_median:>7.2f}{flag}"
+            f"{row.rank:>6}  {format_seconds(row.step_time_s):>9}  "
+            f"{format_seconds(row.busy_s):>8}  {row.vs_median:>7.2f}  "
+            f"{human_bytes(row.mem_bytes):>8}  {comm_share(row.comm_frac, row.exposed_frac):>8}"
+            f"{flag}"
         )
     if rest:
         lines.append(f"[dim]… {rest} more ranks, all faster[/dim]")
