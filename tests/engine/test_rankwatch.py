@@ -28,7 +28,7 @@ BOUND = 30.0
 
 
 def beat(n: int, micro: int, phase: str, step: int = 4, done: bool = False) -> Beat:
-    return Beat(n, micro, phase, step, done)
+    return Beat(n, micro, phase, step, done, pid=4242, host="node7")
 
 
 def test_the_bound_is_the_floor_or_a_multiple_of_the_median_step() -> None:
@@ -57,7 +57,7 @@ def test_a_rank_behind_the_others_is_named_after_the_bound_from_when_they_went_a
     message, figures, step = describe(stalled, Path("/run/stacks"))
     assert step == 5 and figures["phase"] == "forward" and figures["rank"] == 2
     assert "rank 2 has not moved for 38 s (in step 5, phase forward)" in message
-    assert "rank(s) 0, 1 wait for it" in message and message.endswith("/run/stacks/")
+    assert "ranks 0, 1 wait for it" in message and message.endswith("/run/stacks/")
 
 
 def test_a_rank_that_moves_or_that_all_share_is_not_named() -> None:
@@ -84,6 +84,7 @@ def test_a_silent_heartbeat_is_a_dead_peer_and_a_finished_rank_is_neither() -> N
     assert found[0].why == "silent" and found[0].seconds == pytest.approx(38.0)
     message, _, _ = describe(found[0], None)
     assert message.startswith("rank 1's heartbeat stopped 38 s ago (in step 5, phase backward)")
+    assert message.endswith("py-spy dump --pid 4242 on node7 shows where, if it lives")
 
 
 def test_a_rank_whose_heartbeat_never_came_is_silent() -> None:

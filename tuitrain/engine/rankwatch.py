@@ -75,6 +75,8 @@ class Beat:
     phase: str
     step: int  # the last optimizer step this rank finished
     done: bool = False  # the rank left its training loop (not waiting for anyone)
+    pid: int = 0  # where to look when the heartbeat stops (py-spy dump --pid)
+    host: str = ""
 
     @property
     def position(self) -> tuple[int, int]:
@@ -82,17 +84,17 @@ class Beat:
         return (self.micro, phase)
 
     def to_json(self) -> str:
-        fields = ("beat", "micro", "phase", "step", "done")
+        fields = ("beat", "micro", "phase", "step", "done", "pid", "host")
         return json.dumps({name: getattr(self, name) for name in fields})
 
     @classmethod
     def from_json(cls, text: bytes | str) -> Beat | None:
         try:
             raw = json.loads(text)
+            where = (int(raw.get("pid", 0)), str(raw.get("host", "")))
             done = bool(raw.get("done", False))
-            return cls(
-                int(raw["beat"]), int(raw["micro"]), str(raw["phase"]), int(raw["step"]), done
-            )
+            numbers = (int(raw["beat"]), int(raw["micro"]), str(raw["phase"]), int(raw["step"]))
+            return cls(*numbers, done, *where)
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -183,12 +185,15 @@ def describe(stalled: Stalled, stacks: Path | None) -> tuple[str, dict[str, Any]
             f"rank {stalled.rank}'s heartbeat stopped {stalled.seconds:.0f} s ago ({where}): "
             "the process died, or its Python is wedged (a C call holding the GIL)"
         )
+        if beat is not None and beat.pid:
+            text += f"; py-spy dump --pid {beat.pid} on {beat.host} shows where, if it lives"
     else:
         others = ", ".join(str(r) for r in stalled.waiting)
+        waits = f"ranks {others} wait" if len(stalled.waiting) > 1 else f"rank {others} waits"
         text = (
             f"rank {stalled.rank} has not moved for {stalled.seconds:.0f} s ({where}) while "
-            f"rank(s) {others} wait for it in a collective: a hung data loader, a deadlock, "
-            "or a slow device on that rank"
+            f"{waits} for it in a collective: a hung data loader, a deadlock, or a slow "
+            "device on that rank"
         )
     figures: dict[str, Any] = {
         "rank": stalled.rank,
@@ -197,6 +202,8 @@ def describe(stalled: Stalled, stacks: Path | None) -> tuple[str, dict[str, Any]
         "seconds": round(stalled.seconds, 1),
         "waiting_ranks": list(stalled.waiting),
         "stacks": str(stacks) if stacks is not None else None,
+        "pid": beat.pid if beat is not None else None,
+        "host": beat.host if beat is not None else None,
     }
     return text + folder, figures, step
 
@@ -257,6 +264,7 @@ class RankWatch:
         self.raise_alert, self.leave, self.may_leave = raise_alert, leave, may_leave
         self.nccl = nccl
         self.beats = 0
+        self.where = (os.getpid(), socket.gethostname())
         self.dumped = 0  # the last dump request this rank answered
         self.reported: dict[int, tuple[str, tuple[int, int] | None]] = {}  # rank -> episode
         self.clock = StepClock()
@@ -280,7 +288,8 @@ class RankWatch:
     # -- every rank ----------------------------------------------------------------------
     def publish(self, done: bool = False) -> Beat:
         self.beats += 1
-        beat = Beat(self.beats, self.progress.micro, self.progress.phase, self.control.step, done)
+        progress, step = self.progress, self.control.step
+        beat = Beat(self.beats, progress.micro, progress.phase, step, done, *self.where)
         self.store.set(f"beat/{self.rank}", beat.to_json())
         return beat
 

@@ -90,7 +90,7 @@ class Trainer:
                 self.timed_forward = clock.timed
             else:
                 clock.attach(parts.model)
-        self.progress = Progress()  # how far into the step this rank is: the rank watch's
+        self.progress = Progress()  # how far into the step it is: the rank watch reads it
         self.meter.comm_clock = self.strategy.comm_clock  # DDP, FSDP: time in collectives
         self.profiler = StepProfiler(parts.device, run_dir)
         self.memory = MemorySnapshot(parts.device, run_dir, enabled=dist.is_main)
