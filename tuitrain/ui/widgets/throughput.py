@@ -29,8 +29,9 @@ def rate_series(snap: Snapshot, unit: str) -> Series:
 
 class ThroughputPanel(Panel):
     """Global samples/s (all ranks) as the engine measures it between log points, tokens/s
-    for a task that counts tokens (a language model), steps/s for a script; under DDP a
-    per-rank step-time table with the straggler flagged."""
+    for a task that counts tokens (a language model), steps/s for a script; under DDP or
+    FSDP a per-rank table (step time, own work with the straggler flagged, memory, share of
+    the step in collectives), with a row per node when the job spans several."""
 
     TITLE = "Throughput · samples/s"
     SERIES = ("samples_per_s", "tokens_per_s", "step_time_s")
