@@ -5,6 +5,7 @@ asks for stacks and writes them."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +164,18 @@ def test_the_flight_recorder_env_fills_only_what_the_user_left_unset(tmp_path: P
     assert environ["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "0"  # the user's choice stands
     newer = {"TORCH_FR_BUFFER_SIZE": "500", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/x/t_"}
     assert flight_recorder_env(newer, None) == {"TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+
+
+def test_rank_0_reads_a_missing_heartbeat_as_none_without_waiting_for_it() -> None:
+    store = dist.HashStore()
+    store.set_timeout(timedelta(seconds=60))  # a blocking get on the missing key would hang
+    watch = RankWatch(
+        store, 0, 3, Progress(), Control(), run_dir=None, action="warn", floor_s=30.0,
+        factor=10.0, raise_alert=pytest.fail, leave=pytest.fail, may_leave=False,
+    )  # fmt: skip
+    watch.publish()
+    store.set("beat/1", beat(7, 2, "data").to_json())
+    assert watch.read_beats() == {0: Beat(1, 0, "update", 0, False, *watch.where),
+                                  1: beat(7, 2, "data"), 2: None}  # fmt: skip
+    store.set("beat/2", beat(1, 2, "data").to_json())  # now all: one multi_get
+    assert watch.read_beats()[2] == beat(1, 2, "data")

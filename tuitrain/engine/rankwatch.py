@@ -334,7 +334,7 @@ class RankWatch:
         now = time.monotonic()
         if self.control.state == "running":
             self.clock.observe(self.control.step, now)
-        beats = {r: self.beat_of(r) for r in range(self.world_size)}
+        beats = self.read_beats()
         bound = stall_bound(self.floor_s, self.factor, self.clock.median_s)
         # compiling, evaluating, paused: rank 0's own loop is busy elsewhere on purpose, and
         # a first step that compiles is no measure of a stall; a silent heartbeat still is
@@ -363,9 +363,15 @@ class RankWatch:
             )
             self.store.set("stop", json.dumps({"reason": reason, "ranks": [s.rank for s in found]}))
 
-    def beat_of(self, rank: int) -> Beat | None:
-        raw = self.read(f"beat/{rank}")
-        return Beat.from_json(raw) if raw is not None else None
+    def read_beats(self) -> dict[int, Beat | None]:
+        """Every rank's heartbeat: one round trip once all have published, else key by key
+        (a missing key is never waited for)."""
+        keys = [f"beat/{r}" for r in range(self.world_size)]
+        if self.store.check(keys):
+            raws: list[bytes | None] = list(self.store.multi_get(keys))
+        else:
+            raws = [self.read(key) for key in keys]
+        return {r: Beat.from_json(raw) if raw is not None else None for r, raw in enumerate(raws)}
 
     def news(self, stalled: Stalled) -> bool:
         episode = (stalled.why, stalled.beat.position if stalled.beat else None)
