@@ -309,7 +309,8 @@ class RankWatch:
         if request is not None and int(request) > self.dumped:
             self.dumped = int(request)
             if self.stacks is not None:
-                write_stacks(self.stacks, self.rank, beat, self.nccl)
+                with contextlib.suppress(OSError):  # a full disk: the watch goes on
+                    write_stacks(self.stacks, self.rank, beat, self.nccl)
             self.store.set(f"dumped/{self.rank}", str(self.dumped))
         stop = self.read("stop")
         if stop is not None:
@@ -389,7 +390,8 @@ class RankWatch:
         """Up to DUMP_WAIT_S for every live rank to write its stacks (the stop ends them)."""
         if self.stacks is not None and 0 not in exclude and self.dumped < request:
             self.dumped = request
-            write_stacks(self.stacks, 0, self.publish(), self.nccl)
+            with contextlib.suppress(OSError):
+                write_stacks(self.stacks, 0, self.publish(), self.nccl)
             self.store.set("dumped/0", str(request))
         deadline = time.monotonic() + DUMP_WAIT_S
         for rank in range(self.world_size):
