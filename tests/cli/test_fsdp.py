@@ -1,6 +1,7 @@
 """FSDP2 (distributed.strategy = "fsdp") on CPU with gloo, two processes: it trains as DDP
-does (same losses and gradient norms in fp32), its whole checkpoints resume exactly on two
-ranks and load into one process."""
+does (same losses and gradient norms in fp32), its whole checkpoints (checkpoint.format =
+"whole"; sharded ones: test_fsdp_sharded.py) resume exactly on two ranks and load into one
+process."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def test_fsdp_resumes_exactly_and_its_checkpoint_loads_into_one_process(tmp_path
     two ranks resumed from it log the same losses and end with the same weights as the
     uninterrupted run; one process (no torchrun) resumes the same file and trains on."""
     straight = tmp_path / "straight"
-    torchrun(straight, *FSDP, "--set", "optim.grad_accum=2",
+    torchrun(straight, *FSDP, "--set", "optim.grad_accum=2", "--set", 'checkpoint.format="whole"',
              "--set", "checkpoint.every_steps=5", "--set", "checkpoint.keep=10")  # fmt: skip
     saved = torch_load(straight / "checkpoints" / "ckpt-step00000005.pt")
     assert not any(k.startswith(("module.", "_orig_mod.")) for k in saved["model"])

@@ -16,6 +16,7 @@ import contextlib
 import csv
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -67,8 +68,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+CHECKPOINT = re.compile(r"^ckpt-step\d{8}\.(pt|dcp)$")  # a whole file or a sharded folder
+
+
 def metrics_file(target: str) -> Path:
-    """The metrics file of an existing run (runfile's rule), a regular file or missing."""
+    """The metrics file of an existing run (runfile's rule), a regular file or missing. A
+    checkpoint (whole or sharded) is refused naming the run dir it lies in: its records
+    are what export writes."""
+    given = Path(target)
+    if CHECKPOINT.match(given.name):
+        run_dir = given.parent.parent if given.parent.name == "checkpoints" else None
+        raise ExportError(
+            f"{target} is a checkpoint, and export writes a run's metrics, not its weights; "
+            f"pass the run dir{f' ({run_dir})' if run_dir else ''} or its metrics.jsonl."
+        )
     try:
         path = run_target(target)
     except RunTargetError as exc:

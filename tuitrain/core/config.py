@@ -197,6 +197,13 @@ class CheckpointConfig:
     keep: int = _f(
         3, "Keep the newest K checkpoints; older ones go once a new one is whole.", min=1
     )
+    format: Literal["auto", "whole", "sharded"] = _f(
+        "auto",
+        "whole (one ckpt-step<N>.pt, gathered to rank 0) | sharded (a ckpt-step<N>.dcp"
+        " folder: torch.distributed.checkpoint, every rank writes its own shard) | auto"
+        " (sharded under FSDP with more than one rank, else whole). Both resume on any"
+        " world size and strategy.",
+    )
 
 
 @dataclass(kw_only=True, slots=True)
@@ -205,7 +212,7 @@ class DistributedConfig:
         "ddp",
         "With more than one rank: ddp (every rank holds the whole model; gradients"
         " all-reduced) | fsdp (FSDP2: weights, gradients and optimizer state sharded per"
-        " block; fp32 or bf16; checkpoints saved whole). One process ignores it.",
+        " block; checkpoints sharded, see checkpoint.format). One process ignores it.",
     )
     timeout_s: float = _f(
         300.0,

@@ -4,6 +4,18 @@ Write: a temp file in the same directory, fsync, rename, fsync the directory, th
 `latest` pointer, then prune old ones. A crash at any point leaves the earlier checkpoints
 whole. Read: `torch.load(weights_only=True)` only: a file carrying a pickle payload is
 refused, never retried with `weights_only=False`.
+
+A sharded checkpoint (FSDP: `checkpoint.format`) is a folder, ckpt-step<N>.dcp, that
+torch.distributed.checkpoint (DCP) writes: every rank its own shard of the model and
+optimizer state, beside rank 0's `state.pt` (everything else: step, config, scheduler, RNG,
+readable with a plain torch.load) and each other rank's own `rank<R>.pt`. It is written
+into a temp folder and renamed into place by rank 0 once every rank has agreed its part is
+on disk, so a crash mid-save leaves no folder that `list_checkpoints` lists. DCP reads its
+`.metadata` with a bare `pickle.load`, and non-tensor items with `weights_only=False`; ours
+holds tensors only, and `load_checkpoint` unpickles the metadata itself with an allow-list
+of DCP's own record classes (`SafeUnpickler`) and refuses any non-tensor item, so a sharded
+checkpoint is no more able to run code than a whole one. It is read whole (every shard,
+no process group: the world size it resumes on is free), then used as a whole one is.
 """
 
 from __future__ import annotations
@@ -16,6 +28,7 @@ import random
 import re
 import shutil
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,9 +40,14 @@ from tuitrain.core.rundir import CKPT_DIR
 from tuitrain.core.safefile import NotRegular, open_nofollow, open_regular, read_regular_text
 
 LATEST = "latest"
-_NAME = re.compile(r"^ckpt-step(\d{8})\.pt$")
+_NAME = re.compile(r"^ckpt-step(\d{8})\.(pt|dcp)$")  # a whole file or a sharded folder
 _RANK_NAME = re.compile(r"^ckpt-step(\d{8})\.rank(\d+)\.pt$")  # another DDP rank's own state
 _MAIN_TMP = re.compile(r"^\.ckpt-step\d{8}\.pt\.tmp-(\d+)$")  # rank 0's temp files only
+_SHARDED_TMP = re.compile(r"^\.ckpt-step\d{8}\.dcp\.tmp(-old)?$")  # a sharded save's temp folder
+SHARDED = ".dcp"
+MAIN_STATE = "state.pt"  # in a sharded checkpoint: rank 0's state less the model and optimizer
+# every name a sharded checkpoint may hold: DCP's metadata and shard files, and ours
+_SHARDED_FILE = re.compile(r"^(\.metadata|state\.pt|rank\d+\.pt|__\d+_\d+\.distcp)$")
 FULL_DISK_BYTES = 64 * 2**20  # a failed write with less free than this: the disk is full
 
 
@@ -41,12 +59,20 @@ def checkpoint_dir(run_dir: Path) -> Path:
     return run_dir / CKPT_DIR
 
 
-def checkpoint_name(step: int) -> str:
-    return f"ckpt-step{step:08d}.pt"
+def checkpoint_name(step: int, sharded: bool = False) -> str:
+    return f"ckpt-step{step:08d}{SHARDED if sharded else '.pt'}"
+
+
+def is_sharded(checkpoint: Path) -> bool:
+    """A sharded checkpoint's folder (by its name: a whole one is a .pt file)."""
+    return checkpoint.name.endswith(SHARDED)
 
 
 def rank_state_path(checkpoint: Path, rank: int) -> Path:
-    """Where DDP rank `rank` (> 0) keeps its own RNG and loss window for `checkpoint`."""
+    """Where DDP rank `rank` (> 0) keeps its own RNG and loss window for `checkpoint`: beside
+    a whole one, inside a sharded one."""
+    if is_sharded(checkpoint):
+        return checkpoint / f"rank{rank}.pt"
     return checkpoint.with_name(f"{checkpoint.stem}.rank{rank}.pt")
 
 
@@ -153,6 +179,76 @@ def save_rank_state(run_dir: Path, step: int, rank: int, state: dict[str, Any], 
     return path
 
 
+Agree = Callable[[bool], bool]  # each rank's flag in, True only where every rank's is (collective)
+
+
+def save_sharded(
+    run_dir: Path,
+    step: int,
+    rank: int,
+    shards: dict[str, Any],
+    own: dict[str, Any],
+    keep: int,
+    agree: Agree,
+) -> Path:
+    """Every rank, at the same step: its shard of `shards` (model and optimizer tensors,
+    DTensors under FSDP) through DCP and its `own` state (rank 0: the checkpoint's state.pt,
+    the others: rank<R>.pt) into ckpt-step<N>.dcp's temp folder; once every rank says its
+    part is on disk, rank 0 renames the folder into place, moves `latest` and prunes. A
+    failure anywhere raises OSError on every rank and leaves no checkpoint of this step."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    folder = checkpoint_dir(run_dir)
+    path = folder / checkpoint_name(step, sharded=True)
+    tmp = folder / f".{path.name}.tmp"
+    error: OSError | None = None
+    if rank == 0:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            _remove(tmp)  # a crashed save's leftover
+            tmp.mkdir()
+        except OSError as exc:
+            error = exc
+    if not agree(error is None):
+        raise error or OSError(errno.EIO, f"rank 0 could not make {tmp.name}")
+    try:
+        dcp.save(shards, storage_writer=dcp.FileSystemWriter(tmp, sync_files=True))
+        name = MAIN_STATE if rank == 0 else f"rank{rank}.pt"
+        _write_atomic(tmp / name, lambda f: torch.save(own, f))
+    except OSError as exc:
+        error = exc
+    except (Exception, CheckpointException) as exc:  # noqa: BLE001 - DCP's: on every rank
+        error = write_failure(tmp, RuntimeError(dcp_error(exc)))
+    if not agree(error is None):
+        if rank == 0:
+            _remove(tmp)
+        raise error or OSError(errno.EIO, "another rank could not write its shard")
+    if rank == 0:
+        _fsync_dir(tmp)
+        old = folder / f".{path.name}.tmp-old"
+        if path.exists():  # the same step saved before (a resume from an earlier one)
+            _remove(old)
+            os.replace(path, old)
+        os.replace(tmp, path)
+        _fsync_dir(folder)
+        _remove(old)
+        _write_atomic(folder / LATEST, lambda f: f.write(path.name.encode() + b"\n"))
+        prune(folder, keep, current=path)
+    return path
+
+
+def dcp_error(exc: BaseException) -> str:
+    """A DCP failure in one line: the first rank's own error, not DCP's wrapper of it."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        inner = getattr(next(iter(failures.values())), "exception", None)
+        if isinstance(inner, BaseException):
+            exc = inner
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"{type(exc).__name__}: {text}"[:160]
+
+
 def load_rank_state(checkpoint: Path, rank: int) -> dict[str, Any] | None:
     """Rank `rank`'s own state saved with `checkpoint`; None when there is none usable."""
     path = rank_state_path(checkpoint, rank)
@@ -171,11 +267,13 @@ def prune(folder: Path, keep: int, current: Path | None = None) -> None:
     later step than `current` belong to a future this run abandoned by resuming from an
     earlier one: retention neither counts nor deletes them (`latest` says which is current).
     """
-    for stale in folder.glob(".ckpt-step*.tmp-*"):
+    for stale in folder.glob(".ckpt-step*.tmp*"):
         match = _MAIN_TMP.match(stale.name)
         if match and match.group(1) != str(os.getpid()):
             with contextlib.suppress(OSError):
                 stale.unlink()
+        elif _SHARDED_TMP.match(stale.name):  # a sharded save that never finished
+            _remove(stale)
     found = list_checkpoints(folder)
     if current is not None:
         older = [p for p in found if p.name < current.name]
@@ -183,13 +281,22 @@ def prune(folder: Path, keep: int, current: Path | None = None) -> None:
     else:
         doomed = found[keep:]
     for old in doomed:
+        _remove(old)
+
+
+def _remove(path: Path) -> None:
+    """Delete a checkpoint file or folder (a link: the link only), as far as it goes."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
         with contextlib.suppress(OSError):
-            old.unlink()
+            path.unlink()
 
 
 def list_checkpoints(folder: Path) -> list[Path]:
-    """Complete checkpoints (temp files never match), newest step first."""
-    found = [p for p in folder.glob("ckpt-step*.pt") if _NAME.match(p.name)]
+    """Complete checkpoints, whole and sharded (temp files and folders never match), newest
+    step first."""
+    found = [p for p in folder.glob("ckpt-step*") if _NAME.match(p.name)]
     return sorted(found, key=lambda p: p.name, reverse=True)
 
 
@@ -202,7 +309,18 @@ ZIP_MAGIC = b"PK\x03\x04"  # torch.save writes a zip archive; anything else is n
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load with weights_only=True; every way a file can be bad is one clear sentence, and
     a FIFO, device or socket in its place is refused without being opened for long (no hang).
-    """
+    A sharded checkpoint (a ckpt-step*.dcp folder) is read whole: the same dict as a whole
+    one's."""
+    if path.is_dir() and not path.is_symlink() and is_sharded(path):
+        return load_sharded(path)
+    state = _load_file(path)
+    if not isinstance(state, dict) or "model" not in state or "step" not in state:
+        raise CheckpointError(f"{path} is not a tuitrain checkpoint (no model/step in it).")
+    return state
+
+
+def _load_file(path: Path) -> Any:
+    """One file torch.save wrote, loaded with weights_only=True (see `load_checkpoint`)."""
     fix = "pass a ckpt-step*.pt file, or --resume auto --run-dir RUN_DIR"
     try:
         f = open_regular(path, "rb", fix)
@@ -211,7 +329,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     except NotRegular as exc:
         if path.is_dir():
             raise CheckpointError(
-                f"checkpoint {path} is a folder; pass a ckpt-step*.pt file in it, "
+                f"checkpoint {path} is a folder, not a sharded checkpoint (ckpt-step*.dcp); "
+                "pass a ckpt-step*.pt file or ckpt-step*.dcp folder in it, "
                 "or --resume auto --run-dir RUN_DIR."
             ) from None
         raise CheckpointError(f"checkpoint {exc}") from None
@@ -254,9 +373,139 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
                 f"checkpoint {path} is truncated or corrupt ({type(exc).__name__}); "
                 "use --resume auto to pick the newest complete one."
             ) from None
-    if not isinstance(state, dict) or "model" not in state or "step" not in state:
-        raise CheckpointError(f"{path} is not a tuitrain checkpoint (no model/step in it).")
     return state
+
+
+# DCP's own record classes: what a sharded checkpoint's .metadata may name, nothing else
+_DCP_RECORDS = {
+    "torch.distributed.checkpoint.metadata": {
+        "Metadata", "MetadataIndex", "StorageMeta", "TensorProperties",
+        "TensorStorageMetadata", "ChunkStorageMetadata", "BytesStorageMetadata",
+        "_MEM_FORMAT_ENCODING",
+    },
+    "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+    "torch.serialization": {"_get_layout"},  # a layout by its name
+    "torch": {"Size"},
+    "pathlib": {"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath"},
+}  # fmt: skip
+
+
+class SafeUnpickler(pickle.Unpickler):
+    """Unpickles DCP's .metadata (a pickle DCP itself reads with a bare `pickle.load`)
+    allowing only DCP's record classes, torch.Size, dtypes and layouts: a file naming any
+    other global is refused before anything of it runs."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if name in _DCP_RECORDS.get(module, ()) or (
+            module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
+        ):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"GLOBAL {module}.{name} is not allowed")
+
+
+def read_sharded_metadata(path: Path) -> Any:
+    """A sharded checkpoint's DCP metadata, unpickled by `SafeUnpickler` and checked to
+    hold tensors only, in shard files of the folder itself."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
+
+    file = path / ".metadata"
+    fix = "pass a ckpt-step*.dcp folder that a run saved"
+    try:
+        with open_regular(file, "rb", fix) as f:
+            metadata = SafeUnpickler(f).load()
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"checkpoint {path} has no .metadata (a save was interrupted?); use --resume "
+            "auto to pick the newest complete one."
+        ) from None
+    except (OSError, UserError) as exc:
+        raise CheckpointError(f"checkpoint {path}: {exc}") from None
+    except pickle.UnpicklingError as exc:
+        if "GLOBAL" in str(exc):
+            raise CheckpointError(
+                f"checkpoint {path} was refused: its .metadata names objects other than "
+                f"DCP's records ({str(exc)[:160]}), which could run code when loaded; only "
+                "load checkpoints you trust."
+            ) from None
+        raise CheckpointError(f"checkpoint {path} has a corrupt .metadata; {fix}.") from None
+    except Exception:  # noqa: BLE001 - however unpickling fails, the file is bad
+        raise CheckpointError(f"checkpoint {path} has a corrupt .metadata; {fix}.") from None
+    if not isinstance(metadata, Metadata) or not isinstance(metadata.storage_data, dict):
+        raise CheckpointError(f"checkpoint {path} has a .metadata that is not DCP's; {fix}.")
+    for key, item in metadata.state_dict_metadata.items():
+        if not isinstance(item, TensorStorageMetadata):
+            raise CheckpointError(
+                f"checkpoint {path} was refused: {str(key)[:80]} is not a tensor (DCP loads "
+                "such items with a full unpickler, which could run code); only load "
+                "checkpoints you trust."
+            )
+    for info in metadata.storage_data.values():
+        if not (
+            isinstance(info, _StorageInfo)
+            and isinstance(info.relative_path, str)
+            and info.relative_path.startswith("__")
+            and _SHARDED_FILE.match(info.relative_path)
+            and not info.transform_descriptors
+        ):
+            raise CheckpointError(
+                f"checkpoint {path} names data outside its own shard files; {fix}."
+            )
+    return metadata
+
+
+def load_sharded(path: Path) -> dict[str, Any]:
+    """A ckpt-step*.dcp folder read whole in this process (no process group: any world
+    size): its state.pt with the model's full tensors and the optimizer state in the
+    optimizer's own format added, as a whole checkpoint holds them."""
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+    from torch.distributed.checkpoint.metadata import StorageMeta
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    from tuitrain.engine.strategy import numbered_optimizer_state
+
+    for entry in os.scandir(path):
+        if not _SHARDED_FILE.match(entry.name) or not entry.is_file(follow_symlinks=False):
+            raise CheckpointError(
+                f"checkpoint {path} holds {entry.name!r:.60}, which a sharded checkpoint "
+                "does not (only shard files, state.pt and rank<R>.pt); it was altered: "
+                "resume from another checkpoint."
+            )
+    state = _load_file(path / MAIN_STATE)
+    groups = state.get("param_groups") if isinstance(state, dict) else None
+    if not isinstance(groups, list) or "step" not in state or "model" in state:
+        raise CheckpointError(
+            f"{path} is not a tuitrain checkpoint (its state.pt has no step/param_groups)."
+        )
+    metadata = read_sharded_metadata(path)
+
+    class Reader(FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            # the checked one (DCP's own would pickle.load the file again), as DCP's has it
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    shards: dict[str, Any] = {}
+    try:
+        # DCP's own dcp_to_torch_save does this: the state dict rebuilt from the metadata
+        _load_state_dict(
+            shards, storage_reader=Reader(path), planner=_EmptyStateDictLoadPlanner(),
+            no_dist=True,
+        )  # fmt: skip
+        optimizer = numbered_optimizer_state(
+            {"state": shards.get("optim", {}).get("state", {}), "param_groups": groups}
+        )
+    except (Exception, CheckpointException) as exc:  # noqa: BLE001 - a shard is bad
+        raise CheckpointError(
+            f"checkpoint {path} has a truncated or corrupt shard ({dcp_error(exc)}); use --resume "
+            "auto to pick the newest complete one."
+        ) from None
+    del state["param_groups"]
+    return {**state, "model": shards.get("model", {}), "optimizer": optimizer}
 
 
 def find_latest(run_dir: Path, skipped: list[str] | None = None) -> Path:
@@ -267,7 +516,7 @@ def find_latest(run_dir: Path, skipped: list[str] | None = None) -> Path:
     candidates = list_checkpoints(folder) if folder.is_dir() else []
     with contextlib.suppress(OSError, UserError):  # a FIFO there: not read, not waited on
         named = read_regular_text(folder / LATEST, limit=4096).strip()
-        if _NAME.match(named) and (folder / named).is_file():
+        if _NAME.match(named) and (folder / named).exists():
             candidates = [folder / named, *[p for p in candidates if p.name != named]]
     for path in candidates:
         try:

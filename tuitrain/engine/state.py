@@ -65,13 +65,23 @@ def world_size_change(trainer: Resumable, state: dict[str, Any]) -> str | None:
         return None
     cfg = trainer.cfg
     batch = cfg.data.batch_size * cfg.optim.grad_accum * now
+    if batch == state.get("global_batch") and state.get("steps_per_epoch") == (
+        trainer.parts.steps_per_epoch
+    ):
+        return (
+            f"resumed with {now} rank(s) from a checkpoint saved by {saved}, with the same "
+            f"global batch ({batch}): each step takes the same samples as it would have, so "
+            "the run goes on as the uninterrupted one would, to rounding (dropout masks and "
+            "the sums' order differ)"
+        )
     return (
         f"resumed with {now} rank(s) from a checkpoint saved by {saved}: the global batch "
         f"changes from {state.get('global_batch', '?')} to {batch} and an epoch from "
         f"{state.get('steps_per_epoch', '?')} to {trainer.parts.steps_per_epoch} steps; the "
         f"position in epoch {state['epoch']} is kept as a step count ({state['epoch_step']}), "
         "so this epoch's remaining samples differ and the run is not bit-exact with an "
-        "uninterrupted one"
+        "uninterrupted one; keep it with data.batch_size or optim.grad_accum (global batch "
+        "= data.batch_size x optim.grad_accum x ranks)"
     )
 
 
@@ -214,10 +224,41 @@ def _same_kind(value: object, own: object) -> bool:
     return is_number(value) and math.isfinite(value)  # type: ignore[arg-type]
 
 
+def merged_window(state: dict[str, Any], ranks: int) -> Any:
+    """One process resuming `ranks` ranks' checkpoint: the open log interval's loss window
+    as the mean of every rank's (the record that closes it is the ranks' mean), so the first
+    logged loss is the one the ranks would have logged. Rank 0's alone where another rank's
+    state is missing or of another step or window."""
+    meter = state["meter"]
+    source = state.get(SOURCE_KEY)
+    if not source:
+        return meter
+    sums = [meter["loss_sum"]]
+    for rank in range(1, ranks):
+        own = load_rank_state(Path(source), rank)
+        other = own.get("meter") if isinstance(own, dict) else None
+        if (
+            not isinstance(other, dict)
+            or own.get("step") != state.get("step")  # type: ignore[union-attr]
+            or other.get("micro_batches") != meter["micro_batches"]
+            or not isinstance(other.get("loss_sum"), torch.Tensor)
+            or other["loss_sum"].shape != meter["loss_sum"].shape
+        ):
+            return meter
+        sums.append(other["loss_sum"])
+    return {
+        **meter,
+        "loss_sum": torch.stack([t.double() for t in sums]).mean().to(meter["loss_sum"].dtype),
+    }
+
+
 def restore(trainer: Resumable, state: dict[str, Any]) -> str | None:
     """Put `trainer` back at the checkpoint (its `load_state_dict`), and a DDP rank other
     than 0 at its own state saved beside it; returns a warning when that is missing (the
     resume is then not bit-exact on this rank)."""
+    saved = state.get("world_size")
+    if trainer.dist.world_size == 1 and isinstance(saved, int) and saved > 1:
+        state = {**state, "meter": merged_window(state, saved)}
     trainer.load_state_dict(state)
     rank = trainer.dist.rank
     if rank == 0:

@@ -5,7 +5,8 @@ skips the gradient all-reduce (accumulation), produces and loads the model's sta
 under plain names (a checkpoint never holds `module.` or `_orig_mod.` prefixes, so it loads
 into any strategy), and merges each log point's train record over the ranks. The trainer and
 the checkpoint code ask the strategy; they never look at the wrapper. FSDP2 (`FSDPStrategy`)
-shards the model and gathers a whole checkpoint; `distributed.strategy` chooses.
+shards the model and writes sharded checkpoints (or gathers a whole one);
+`distributed.strategy` chooses.
 """
 
 from __future__ import annotations
@@ -71,6 +72,35 @@ class Strategy:
         """Merge a train record over the ranks, in place; True when that read the device
         (a host sync the meter counts). One process: the record is everyone's already."""
         return False
+
+    def sharded_checkpoints(self, fmt: str) -> bool:
+        """Whether this run's checkpoints are sharded (checkpoint.format: auto shards where
+        the state is, under FSDP)."""
+        return fmt == "sharded"
+
+    def sharded_state(
+        self, optimizer: torch.optim.Optimizer
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """What a sharded checkpoint's shards hold on this rank: the model's and optimizer's
+        tensors under parameter names (this rank's shards of them: DTensors under FSDP, whole
+        tensors elsewhere, which DCP writes once), and the optimizer's param groups (rank 0
+        saves them in state.pt: DCP would pickle them)."""
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.plain(), optimizer)
+        shards = {"model": model_sd, "optim": {"state": optim_sd.get("state", {})}}
+        groups: Any = optim_sd.get("param_groups", [])
+        return shards, list(groups)
+
+    def agree(self, ok: bool) -> bool:
+        """True when `ok` on every rank (a collective with more than one)."""
+        if self.dist.world_size == 1:
+            return ok
+        import torch.distributed as dist
+
+        flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
 
     def plain(self) -> nn.Module:
         if self.module is None:
@@ -162,11 +192,13 @@ class FSDPStrategy(Strategy):
     each rank holds 1/world_size of the weights, gradients and optimizer state, gathers a
     block's weights for its forward and backward and reduce-scatters its gradients.
 
-    Checkpoints stay whole: the model and optimizer state are gathered to rank 0 (on the
-    CPU) under the plain names and the optimizer's own numbering, so a checkpoint of an FSDP
-    run loads into a single process, DDP, or FSDP on another world size. Gathering is a
-    collective: every rank takes part (`collective_state`), and the model's forward is one
-    too (`collective_forward`: every rank runs the sample, rank 0 writes it)."""
+    Checkpoints are sharded by default (checkpoint.format = "auto": every rank writes its
+    own shard through torch.distributed.checkpoint, engine/checkpoint.py); "whole" gathers
+    the model and optimizer state to rank 0 (on the CPU) under the plain names and the
+    optimizer's own numbering. Either loads into a single process, DDP, or FSDP on another
+    world size. Gathering is a collective: every rank takes part (`collective_state`), and
+    the model's forward is one too (`collective_forward`: every rank runs the sample, rank
+    0 writes it)."""
 
     collective_state = True
     collective_forward = True
@@ -247,6 +279,9 @@ class FSDPStrategy(Strategy):
     def gather_metrics(self, record: dict[str, Any], metric_names: tuple[str, ...]) -> bool:
         gather_metrics(record, self.dist, self.device, metric_names)
         return True
+
+    def sharded_checkpoints(self, fmt: str) -> bool:
+        return fmt != "whole"
 
 
 def numbered_optimizer_state(osd: dict[str, Any]) -> dict[str, Any]:

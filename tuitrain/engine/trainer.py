@@ -539,10 +539,16 @@ class Trainer:
     def save(self, reason: str) -> Path | None:
         """Save a checkpoint (rank 0, with a run dir); a failed write never ends the run.
         Under DDP the other ranks save their own RNG and loss window beside it (same step:
-        every rank reaches the same save points)."""
+        every rank reaches the same save points); a sharded checkpoint has every rank write
+        its shard and its own state into the folder rank 0 renames into place."""
         if self.run_dir is None or self.last_saved_step == self.step:
             return None
         self.meter.note_sync()  # the state is copied to the host
+        if not self.dist.is_main and self.sharded_checkpoints:  # every rank writes its shard
+            with contextlib.suppress(OSError):  # rank 0 says the save failed
+                self.write_checkpoint()
+                self.last_saved_step = self.step
+            return None
         if not self.dist.is_main:
             if self.strategy.collective_state:  # the gather to rank 0: every rank joins it
                 self.strategy.model_state_dict()
@@ -553,11 +559,11 @@ class Trainer:
             return self.save_main(reason)
 
     def save_main(self, reason: str) -> Path | None:
-        from tuitrain.engine.checkpoint import checkpoint_dir, list_checkpoints, save_checkpoint
+        from tuitrain.engine.checkpoint import checkpoint_dir, list_checkpoints
 
         assert self.run_dir is not None
         try:
-            path = save_checkpoint(self.run_dir, self.state_dict(), self.cfg.checkpoint.keep)
+            path = self.write_checkpoint()
         except OSError as exc:
             self.checkpoint_failure = str(exc.strerror or exc)
             kept = list_checkpoints(checkpoint_dir(self.run_dir))
@@ -586,14 +592,37 @@ class Trainer:
         self.meter.restart_clock()  # the save is not training time
         return path
 
+    @property
+    def sharded_checkpoints(self) -> bool:
+        return self.strategy.sharded_checkpoints(self.cfg.checkpoint.format)
+
+    def write_checkpoint(self) -> Path:
+        """Rank 0's whole checkpoint file, or (sharded) every rank's part of the folder."""
+        from tuitrain.engine.checkpoint import save_checkpoint, save_sharded
+
+        assert self.run_dir is not None
+        keep = self.cfg.checkpoint.keep
+        if not self.sharded_checkpoints:
+            return save_checkpoint(self.run_dir, self.state_dict(), keep)
+        shards, groups = self.strategy.sharded_state(self.parts.optimizer)
+        own = (
+            {**self.state_dict(weights=False), "param_groups": groups}
+            if self.dist.is_main
+            else self.rank_state_dict()
+        )
+        return save_sharded(
+            self.run_dir, self.step, self.dist.rank, shards, own, keep, self.strategy.agree
+        )
+
     # ---------------------------------------------------------------- state
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, weights: bool = True) -> dict[str, Any]:
         """Everything a checkpoint holds (engine/state.py says what and why): the model under
         plain names (the strategy's), optimizer, scheduler, GradScaler, every RNG, the
-        position and the open log interval, and what the evaluations so far decided."""
+        position and the open log interval, and what the evaluations so far decided. Not
+        `weights`: all but the model and optimizer (a sharded checkpoint's state.pt)."""
         p = self.parts
         scaler = p.precision.scaler
-        return {
+        state = {
             "format": FORMAT_VERSION,
             "preset": self.cfg.name,
             "config": self.cfg.to_dict(),
@@ -616,13 +645,15 @@ class Trainer:
             "val_metrics": dict(self.val_metrics),
             "best": self.best,  # the primary metric's best so far, and evaluations since
             "evals_since_best": self.evals_since_best,
-            "model": self.strategy.model_state_dict(),  # never the compiled/DDP wrapper's
-            "optimizer": self.strategy.optimizer_state_dict(p.optimizer),
             "scheduler": p.scheduler.state_dict(),
             "scaler": scaler.state_dict() if scaler is not None else None,
             "rng": rng_state(),
             "meter": self.meter.state_dict(),
         }
+        if weights:  # never the compiled/DDP wrapper's; under FSDP gathered to rank 0
+            state["model"] = self.strategy.model_state_dict()
+            state["optimizer"] = self.strategy.optimizer_state_dict(p.optimizer)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Put this trainer back where `state` (a `state_dict()`, checked by
