@@ -10,7 +10,7 @@ import pytest
 from tuitrain.engine.diagnostics import Diagnostics
 from tuitrain.metrics.alerts import QUIET
 from tuitrain.metrics.records import straggler
-from tuitrain.ui.view import MAX_RANK_ROWS, rank_note, rank_rows, rank_table
+from tuitrain.ui.ranks import MAX_RANK_ROWS, rank_note, rank_rows, rank_table
 
 
 def test_straggler_rule() -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 
-from tuitrain.ui.view import MAX_NODE_ROWS, MAX_RANK_ROWS, node_rows, rank_note, rank_table
+from tuitrain.ui.ranks import MAX_NODE_ROWS, MAX_RANK_ROWS, node_rows, rank_note, rank_table
 
 MiB = 2**20
 
@@ -40,7 +41,8 @@ def test_memory_and_comm_columns() -> None:
     assert lines[1].split()[-3:] == ["3.00", "GiB", "30%"]
     # a run from before these fields: dashes, the table as before
     old = plain(rank_table({"rank_step_time_s": [0.2] * 2, "rank_busy_s": [0.05, 0.1]}))
-    assert old[1].split()[-2:] == ["—", "—"] and "straggler" in old[2]
+    assert old[1].split()[-2:] == ["—", "—"] and old[2].endswith("⚠")
+    assert old[-1] == "⚠ straggler: rank 1, data+fwd 1.33× median"
 
 
 def test_node_rows_above_the_ranks() -> None:
@@ -49,14 +51,15 @@ def test_node_rows_above_the_ranks() -> None:
               rank_host_rss_bytes=[700 * MiB] * 7 + [900 * MiB],
               rank_comm_frac=[0.3, 0.35, 0.3, 0.3, 0.1, 0.1, 0.1, 0.05])  # fmt: skip
     nodes, rest = node_rows(rec)
-    assert [n.node for n in nodes] == [0, 1] and rest == 0 and nodes[1].ranks == 4
+    assert [n.node for n in nodes] == [0, 1] and rest == 0 and nodes[1].ranks == (4, 5, 6, 7)
     assert nodes[1].busy_s == 0.2 and nodes[1].mem_bytes == 900 * MiB
     assert nodes[0].comm_frac == 0.35  # the node's largest share
     lines = plain(rank_table(rec))
-    assert lines[1].startswith("node 0") and "4 ranks" in lines[1] and "35%/10%" in lines[1]
-    assert lines[2].startswith("node 1") and "900 MiB" in lines[2]
-    assert lines[3].split()[0] == "7" and "straggler" in lines[3]  # then the slowest ranks
-    assert len(lines) == 3 + MAX_RANK_ROWS - 1 + 1 and "5 more ranks" in lines[-1]
+    assert lines[1].startswith("node 0: 0–3") and lines[1].endswith("35%/10%")
+    assert lines[2].startswith("node 1: 4–7") and "900 MiB" in lines[2]
+    assert lines[3].split()[0] == "7" and lines[3].endswith("⚠")  # then the slowest ranks
+    assert len(lines) == 3 + MAX_RANK_ROWS - 1 + 2 and "5 more ranks" in lines[-2]
+    assert "straggler: rank 7" in lines[-1]
     assert node_rows(ddp(8)) == ([], 0)  # one node: no node rows
     assert "on 2 nodes" in rank_note(rec) and "comm ≤35%" in rank_note(rec)
 
@@ -70,8 +73,15 @@ def test_many_nodes_show_the_slowest_and_a_count() -> None:
     assert nodes[0].node == 2
 
 
-def test_table_fits_80_columns() -> None:
+def test_ranks_not_consecutive_on_a_node() -> None:
+    rec = ddp(4, rank_node=[0, 1, 0, 1])
+    assert [n.ranks for n in node_rows(rec)[0]] == [(0, 2), (1, 3)]
+    assert plain(rank_table(rec))[1].startswith("node 0: 2 ranks")
+
+
+def test_table_fits_the_panel_of_a_160_column_terminal() -> None:
+    """49 columns there (and so 80); the multi-node table with a straggler is the widest."""
     busy = [0.05] * 7 + [0.2]
     rec = ddp(8, rank_busy_s=busy, rank_node=[0] * 4 + [1] * 4,
-              rank_step_time_s=[12.5] * 8, rank_mem_peak_bytes=[80 * 2**30] * 8)  # fmt: skip
-    assert max(len(line) for line in plain(rank_table(rec))) <= 80
+              rank_mem_peak_bytes=[80 * 2**30] * 8)  # fmt: skip
+    assert max(cell_len(line) for line in plain(rank_table(rec))) <= 49

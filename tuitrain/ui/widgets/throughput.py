@@ -9,7 +9,8 @@ from tuitrain.metrics.format import format_mfu, format_tflops
 from tuitrain.metrics.records import Record
 from tuitrain.metrics.store import Series, Snapshot
 from tuitrain.ui.panels import steps_per_s, throughput_unit
-from tuitrain.ui.view import Frame, format_rate, format_seconds, mean, rank_note, rank_table
+from tuitrain.ui.ranks import rank_note, rank_table
+from tuitrain.ui.view import Frame, format_rate, format_seconds, mean
 from tuitrain.ui.widgets.chart import Line
 from tuitrain.ui.widgets.panel import Panel, compact_layout
 
