@@ -1,5 +1,6 @@
 """FSDP's pieces that need no process group: the config key, the blocks it shards, the
-precision it refuses, and the optimizer state's two numberings (names <-> the optimizer's own)."""
+precision policy and scaler it takes, and the optimizer state's two numberings (names <->
+the optimizer's own)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,11 @@ import torch
 from torch import nn
 
 from tuitrain.core.config import ConfigError, config_from_dict, load_preset
-from tuitrain.core.errors import UserError
 from tuitrain.engine.distributed import DistInfo
 from tuitrain.engine.models.gpt import CharGPT
 from tuitrain.engine.strategy import (
     DDPStrategy,
     Single,
-    check_strategy_precision,
     fsdp_blocks,
     fsdp_mixed_precision,
     make_strategy,
@@ -66,14 +65,22 @@ def test_a_model_names_its_blocks() -> None:
     assert fsdp_blocks(named) == [named.head]
 
 
-def test_precision_policy_and_the_fp16_refusal() -> None:
+def test_precision_policy_and_the_scaler_that_agrees_over_the_shards() -> None:
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    from tuitrain.engine.precision import make_precision
+    from tuitrain.engine.strategy import sharded_gradients
+
     assert fsdp_mixed_precision("fp32") is None
-    policy = fsdp_mixed_precision("bf16")
-    assert policy.param_dtype == torch.bfloat16 and policy.reduce_dtype == torch.float32
-    with pytest.raises(UserError, match=r"distributed.strategy = 'fsdp' runs fp32 or bf16"):
-        check_strategy_precision("fsdp", "fp16", 2)
-    check_strategy_precision("fsdp", "fp16", 1)  # one process: no FSDP, fp16 as always
-    check_strategy_precision("ddp", "fp16", 2)
+    for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        policy = fsdp_mixed_precision(name)
+        assert policy.param_dtype == dtype and policy.reduce_dtype == torch.float32
+    assert sharded_gradients("fsdp", 2)
+    assert not sharded_gradients("fsdp", 1) and not sharded_gradients("ddp", 2)
+    cpu = torch.device("cpu")
+    assert type(make_precision("fp16", cpu, sharded=True).scaler) is ShardedGradScaler
+    assert type(make_precision("fp16", cpu).scaler) is torch.amp.GradScaler
+    assert make_precision("bf16", cpu, sharded=True).scaler is None
 
 
 def test_one_process_is_single_whatever_the_key_says() -> None:

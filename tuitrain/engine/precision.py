@@ -2,7 +2,10 @@
 
 fp32: nothing. bf16: autocast, no scaler (bf16 has fp32's exponent range). fp16: autocast
 plus a GradScaler that scales the loss so small gradients survive, unscales before clipping,
-skips steps whose gradients overflowed and adapts its scale.
+skips steps whose gradients overflowed and adapts its scale. Under FSDP each rank holds only
+its shard of the gradients, so the scaler is FSDP's ShardedGradScaler: it all-reduces the
+inf/NaN flag, and a step that overflowed on any rank's shard is skipped on every rank (the
+ranks' weights never part).
 """
 
 from __future__ import annotations
@@ -76,9 +79,14 @@ class FP16Precision(Precision):
     dtype = torch.float16
     scaler: torch.amp.GradScaler  # always set in __init__: never None here
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, sharded: bool = False) -> None:
         super().__init__(device)
-        self.scaler = torch.amp.GradScaler(device.type)
+        if sharded:  # FSDP: the inf/NaN check agreed over the ranks' gradient shards
+            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+            self.scaler = ShardedGradScaler(device.type)
+        else:
+            self.scaler = torch.amp.GradScaler(device.type)
         self._unscaled = False
 
     def autocast(self) -> ContextManager[object]:
@@ -143,5 +151,10 @@ PRECISIONS: dict[str, type[Precision]] = {
 }
 
 
-def make_precision(name: str, device: torch.device) -> Precision:
-    return PRECISIONS[resolve_precision(name, device)](device)
+def make_precision(name: str, device: torch.device, sharded: bool = False) -> Precision:
+    """The run's precision; `sharded`: the gradients are sharded over ranks (FSDP), so
+    fp16's scaler must agree over them."""
+    resolved = resolve_precision(name, device)
+    if resolved == "fp16":
+        return FP16Precision(device, sharded=sharded)
+    return PRECISIONS[resolved](device)

@@ -30,7 +30,7 @@ from tuitrain.engine.flops import (
 )
 from tuitrain.engine.models.build import build_model
 from tuitrain.engine.precision import Precision, make_precision
-from tuitrain.engine.strategy import Strategy, check_strategy_precision, make_strategy
+from tuitrain.engine.strategy import Strategy, make_strategy, sharded_gradients
 from tuitrain.engine.tasks.base import (
     Task,
     batch_size_of,
@@ -157,8 +157,8 @@ def build_parts(cfg: Config, dist: DistInfo) -> RunParts:
         torch.backends.cuda.matmul.allow_tf32 = cfg.train.tf32
         torch.backends.cudnn.allow_tf32 = cfg.train.tf32
         torch.backends.cudnn.benchmark = True
-    precision = make_precision(cfg.train.precision, device)
-    check_strategy_precision(cfg.distributed.strategy, precision.name, dist.world_size)
+    fsdp = sharded_gradients(cfg.distributed.strategy, dist.world_size)
+    precision = make_precision(cfg.train.precision, device, sharded=fsdp)
     seed_everything(cfg.train.seed)
     data = build_data(
         cfg.data, device, cfg.train.seed, dist.rank, dist.world_size, cfg.model.channels_last,

@@ -164,27 +164,22 @@ def fsdp_blocks(model: nn.Module) -> list[nn.Module]:
 
 
 def fsdp_mixed_precision(precision: str) -> Any:
-    """The MixedPrecisionPolicy for the run's precision: bf16 gathers the weights in bf16
-    and reduces the gradients in fp32; fp32 none (None). fp16 is refused before this
-    (`check_strategy_precision`): its GradScaler would see only this rank's shard of the
-    gradients when it looks for inf/NaN."""
-    if precision != "bf16":
+    """The MixedPrecisionPolicy for the run's precision: bf16 or fp16 gathers the weights in
+    that dtype and reduces the gradients in fp32 (the sharded fp32 weights and optimizer
+    state stay the masters); fp32 none (None). fp16's loss scaling is the precision's
+    ShardedGradScaler (engine/precision.py), which agrees on inf/NaN over the shards."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    if dtype is None:
         return None
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
 
 
-def check_strategy_precision(strategy: str, precision: str, world_size: int) -> None:
-    """One sentence when the strategy cannot run the precision (FSDP with fp16)."""
-    if strategy == "fsdp" and precision == "fp16" and world_size > 1:
-        from tuitrain.core.errors import UserError
-
-        raise UserError(
-            "distributed.strategy = 'fsdp' runs fp32 or bf16, not fp16 (its GradScaler would"
-            " check only this rank's shard of the gradients); use --precision bf16 or fp32,"
-            " or distributed.strategy = 'ddp'."
-        )
+def sharded_gradients(strategy: str, world_size: int) -> bool:
+    """Whether each rank holds only a shard of the gradients (FSDP on more than one rank):
+    fp16's GradScaler must then agree on inf/NaN over the ranks."""
+    return strategy == "fsdp" and world_size > 1
 
 
 class FSDPStrategy(Strategy):
@@ -321,6 +316,5 @@ def make_strategy(
     if dist.world_size == 1:
         return Single(dist, device)
     if kind == "fsdp":
-        check_strategy_precision(kind, precision, dist.world_size)
         return FSDPStrategy(dist, device, precision)
     return DDPStrategy(dist, device)
