@@ -18,6 +18,11 @@ loss working on tiny numbers). `parity()` runs in the engine's thread, like `run
 
 Identical starts need no hook: `build_parts` seeds everything from `train.seed` before it
 builds the model, and the batch order depends only on (seed, epoch), never on the precision.
+
+The check runs in one process: distributed.strategy (ddp, fsdp) is ignored there, as by
+any one-process run, so it measures the precision's autocast, not FSDP's MixedPrecisionPolicy
+(which also gathers the weights in the low dtype). Launched as a rank of a multi-process job
+(torchrun) it is refused: each rank would run the whole check into the same run dir.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from tuitrain.core.config import Config
 from tuitrain.core.control import Control
 from tuitrain.core.errors import UserError
 from tuitrain.engine.device import device_name, resolve_device
+from tuitrain.engine.distributed import env_dist_info
 from tuitrain.engine.precision import resolve_precision
 from tuitrain.engine.runner import RunResult, run
 from tuitrain.metrics.parity_report import (
@@ -195,6 +201,11 @@ def parity(
     True), "off" (or False), or "auto": only when the verdict is FAIL (where the seed's own
     noise could be the explanation; a PASS costs no third run)."""
     mode = ("on" if with_control else "off") if isinstance(with_control, bool) else with_control
+    if env_dist_info().world_size > 1:
+        raise UserError(
+            "tuitrain parity runs in one process (both runs on one device), not as a rank of "
+            f"a {env_dist_info().world_size}-process job; run it without torchrun or --nproc."
+        )
     if mode not in ("on", "off", "auto"):
         raise UserError(f"--control {with_control!r} is not valid; choose on, off or auto.")
     if epochs < 1:
