@@ -75,3 +75,13 @@ def test_rank_node_only_when_the_job_spans_nodes() -> None:
 def test_comm_fields_refused_outside_the_contract() -> None:
     with pytest.raises(ValueError, match="comm_total"):
         a_train_record(comm={"comm_total": 1.0})
+
+
+def test_a_per_rank_list_with_a_rank_not_reported_is_kept_when_read_back() -> None:
+    """A script's rank that has not reported yet is null in its lists: read back, the list
+    stays (one quiet rank must not hide every rank's figures); a list holding text does not."""
+    from tuitrain.metrics.records import clean_record
+
+    rec = clean_record({"type": "train", "rank_step_time_s": [0.2, None], "rank_busy_s": [1, "x"]})
+    assert rec is not None and rec["rank_step_time_s"] == [0.2, None]
+    assert "rank_busy_s" not in rec

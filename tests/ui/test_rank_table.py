@@ -85,3 +85,18 @@ def test_table_fits_the_panel_of_a_160_column_terminal() -> None:
     rec = ddp(8, rank_busy_s=busy, rank_node=[0] * 4 + [1] * 4,
               rank_mem_peak_bytes=[80 * 2**30] * 8)  # fmt: skip
     assert max(cell_len(line) for line in plain(rank_table(rec))) <= 49
+
+
+def test_a_scripts_ranks_by_step_time_and_a_rank_not_reported_yet() -> None:
+    """A script's run has each rank's step time and memory but no data+fwd: the table
+    compares step times; a rank whose figures have not come (null) shows dashes, no verdict."""
+    script = {"rank_step_time_s": [0.2, 0.4], "rank_host_rss_bytes": [700 * MiB, 900 * MiB]}
+    lines = plain(rank_table(script))
+    assert lines[0].split()[:2] == ["rank", "step"]
+    assert lines[1].split()[:3] == ["0", "200.0", "ms"]
+    assert "900 MiB" in lines[2] and lines[2].endswith("⚠")
+    assert lines[-1] == "⚠ straggler: rank 1, step 1.33× median"
+    waiting = plain(rank_table({"rank_step_time_s": [0.2, None, 0.2]}))
+    assert waiting[2].split()[:3] == ["1", "—", "—"]
+    assert not any("⚠" in line for line in waiting)
+    assert rank_note({"rank_step_time_s": [0.2, None]}) == "2 ranks even"

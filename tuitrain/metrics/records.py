@@ -713,7 +713,8 @@ def _is_number(value: object) -> bool:
 def clean_record(raw: Mapping[str, Any]) -> dict[str, Any] | None:
     """A record read back from a file, with each field of the wrong type left out: a
     hand-edited or foreign metrics.jsonl must not break a viewer. Text fields hold text,
-    number fields a number (or null), per-rank fields a list of numbers, `config` tables.
+    number fields a number (or null), per-rank fields a list of numbers (or nulls), `config`
+    tables.
     None when it has no text `type` (no record of the contract)."""
     if not isinstance(raw.get("type"), str):
         return None
@@ -728,7 +729,8 @@ def clean_record(raw: Mapping[str, Any]) -> dict[str, Any] | None:
             if _is_number(value):
                 out[key] = value
         elif key in PER_RANK_FIELDS:
-            if isinstance(value, list) and all(_is_number(v) for v in value):
+            # null: a rank without the figure (a script's rank that has not reported)
+            if isinstance(value, list) and all(v is None or _is_number(v) for v in value):
                 out[key] = value
         elif key == "config":
             if isinstance(value, dict) and raw["type"] == "event":

@@ -49,11 +49,21 @@ class NodeRow:
 
 
 def per_rank(latest: Record, key: str, n: int) -> list[float | None]:
-    """The per-rank list `key` of the record, None per rank where it is absent or short."""
+    """The per-rank list `key` of the record, None per rank where it is absent or short
+    (or null: a script's rank that has not reported yet)."""
     values = latest.get(key)
     if not isinstance(values, list) or len(values) != n:
         return [None] * n
-    return [float(v) for v in values]
+    return [None if v is None else float(v) for v in values]
+
+
+def work_measure(latest: Record | None) -> tuple[str, str]:
+    """What the table compares the ranks by, and its column header: each rank's own work
+    (data wait + forward, `rank_busy_s`: the engine's straggler measure), else its step
+    time (`rank_step_time_s`: a script's ranks, whose client sees no forward pass)."""
+    if (latest or {}).get("rank_busy_s"):
+        return "rank_busy_s", "data+fwd"
+    return "rank_step_time_s", "step"
 
 
 def rank_memory(latest: Record | None) -> tuple[str, str]:
@@ -68,13 +78,16 @@ def all_rank_rows(latest: Record | None) -> list[RankRow]:
     """Every rank at the last log point (DDP, FSDP), in rank order; [] for one process.
 
     Ranks run in lockstep, so their step times are equal; their own work (data wait +
-    forward, `rank_busy_s`) is what shows a straggler.
+    forward, `rank_busy_s`) is what shows a straggler. A script's ranks have only their
+    step times (`work_measure`); a rank without a figure yet shows a dash and no verdict.
     """
     latest = latest or {}
-    busy = list(latest.get("rank_busy_s") or [])
-    n = len(busy)
+    key = work_measure(latest)[0]
+    raw = latest.get(key)
+    n = len(raw) if isinstance(raw, list) else 0
     if n < 2:
         return []
+    busy = [math.nan if v is None else v for v in per_rank(latest, key, n)]
     mid = median(busy) or 0.0
     slow = straggler(busy)
     steps = per_rank(latest, "rank_step_time_s", n)
@@ -104,8 +117,14 @@ def rank_rows(latest: Record | None) -> tuple[list[RankRow], int]:
     rows = all_rank_rows(latest)
     if len(rows) <= MAX_RANK_ROWS:
         return rows, 0
-    shown = sorted(rows, key=lambda row: -row.busy_s)[: MAX_RANK_ROWS - 1]
+    shown = sorted(rows, key=lambda row: -slowness(row.busy_s))[: MAX_RANK_ROWS - 1]
     return shown, len(rows) - len(shown)
+
+
+def slowness(seconds: float) -> float:
+    """A sort key, slowest first: a rank without a figure (NaN) first of all, since it may
+    be the one that is stuck."""
+    return math.inf if math.isnan(seconds) else seconds
 
 
 def largest(values: Sequence[float | None]) -> float | None:
@@ -122,7 +141,7 @@ def node_rows(latest: Record | None) -> tuple[list[NodeRow], int]:
     nodes = []
     for node in sorted({row.node for row in rows}):
         mine = [row for row in rows if row.node == node]
-        slowest = max(mine, key=lambda row: row.busy_s)
+        slowest = max(mine, key=lambda row: slowness(row.busy_s))
         nodes.append(
             NodeRow(
                 node=node,
@@ -136,7 +155,7 @@ def node_rows(latest: Record | None) -> tuple[list[NodeRow], int]:
         )
     if len(nodes) <= MAX_NODE_ROWS:
         return nodes, 0
-    shown = sorted(nodes, key=lambda row: -row.busy_s)[: MAX_NODE_ROWS - 1]
+    shown = sorted(nodes, key=lambda row: -slowness(row.busy_s))[: MAX_NODE_ROWS - 1]
     return shown, len(nodes) - len(shown)
 
 
@@ -208,10 +227,12 @@ def rank_table(latest: Record | None) -> str:
     width = max([4, *map(len, labels)])
     mem_header = rank_memory(latest)[1]
     comm_header = "comm/exp" if any(row.exposed_frac is not None for row in rows) else "comm"
-    lines = [f"[b]{'rank':>{width}}  data+fwd  ×med  {mem_header:>8}  {comm_header:>8}[/b]"]
+    work = work_measure(latest)[1]
+    lines = [f"[b]{'rank':>{width}}  {work:>8}  ×med  {mem_header:>8}  {comm_header:>8}[/b]"]
 
     def cells(busy_s: float, vs_median: float, mem: float | None, comm: str) -> str:
-        return f"  {format_seconds(busy_s):>8}  {vs_median:>4.2f}  {short_bytes(mem):>8}  {comm:>8}"
+        ratio = f"{vs_median:.2f}" if math.isfinite(vs_median) else DASH
+        return f"  {format_seconds(busy_s):>8}  {ratio:>4}  {short_bytes(mem):>8}  {comm:>8}"
 
     for label, node in zip(labels, nodes, strict=True):
         comm = comm_share(node.comm_frac, node.exposed_frac)
@@ -229,6 +250,6 @@ def rank_table(latest: Record | None) -> str:
     slow = next((row for row in rows if row.straggler), None)
     if slow is not None:
         lines.append(
-            f"[$warning]⚠ straggler: rank {slow.rank}, data+fwd {slow.vs_median:.2f}× median[/]"
+            f"[$warning]⚠ straggler: rank {slow.rank}, {work} {slow.vs_median:.2f}× median[/]"
         )
     return "\n".join(lines)
