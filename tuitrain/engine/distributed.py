@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -46,12 +47,19 @@ def env_dist_info() -> DistInfo:
     )
 
 
-def init_process_group(info: DistInfo, timeout_s: float, device_type: str) -> None:
-    """nccl on CUDA (one device per local rank), gloo on CPU; a timeout from the config."""
+def init_process_group(
+    info: DistInfo, timeout_s: float, device_type: str, stacks: Path | None = None
+) -> None:
+    """nccl on CUDA (one device per local rank), gloo on CPU; a timeout from the config.
+    NCCL: the Flight Recorder on, where the user has not set it (its dump on a collective's
+    timeout goes beside the stalled-rank watch's stacks when the run dir is known here)."""
     if info.world_size == 1 or dist.is_initialized():
         return
     backend = "nccl" if device_type == "cuda" else "gloo"
     if backend == "nccl":
+        from tuitrain.engine.rankwatch import flight_recorder_env
+
+        flight_recorder_env(os.environ, stacks)
         torch.cuda.set_device(info.local_rank)
     dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
 

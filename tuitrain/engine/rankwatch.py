@@ -40,7 +40,7 @@ import statistics
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -405,7 +405,7 @@ class RankWatch:
 FLIGHT_RECORDER_ENTRIES = "2000"  # collectives the NCCL Flight Recorder keeps (torch's advice)
 
 
-def flight_recorder_env(environ: dict[str, str], stacks: Path | None) -> dict[str, str]:
+def flight_recorder_env(environ: MutableMapping[str, str], stacks: Path | None) -> dict[str, str]:
     """The NCCL Flight Recorder's settings the user has not made, set in `environ` (call it
     before the NCCL process group starts: torch reads them then): a buffer, so the recorder
     records; its dump on a collective timeout; and, when the run dir is known by then, that

@@ -125,7 +125,9 @@ def process_group(cfg: Config) -> Iterator[Any]:
     import torch
 
     wants_cuda = cfg.train.device in ("auto", "cuda") and torch.cuda.is_available()
-    ddp.init_process_group(info, cfg.distributed.timeout_s, "cuda" if wants_cuda else "cpu")
+    stacks = Path(cfg.run.run_dir) / "stacks" if cfg.run.run_dir else None
+    device = "cuda" if wants_cuda else "cpu"
+    ddp.init_process_group(info, cfg.distributed.timeout_s, device, stacks)
     try:
         yield info
     finally:
