@@ -34,3 +34,18 @@ def test_fsdp_runs_fp16_and_compiled_on_the_fp32_curve(tmp_path: Path) -> None:
                        weights_only=True)  # fmt: skip
     last = [r for r in half if r["type"] == "train"][-1]
     assert last["step"] == 6 and saved["scaler"]["scale"] == last["grad_scale"]
+
+
+@pytest.mark.slow
+def test_fsdp_accumulates_as_ddp_does(tmp_path: Path) -> None:
+    """Two micro-batches a step: FSDP keeps the gathered weights and the unreduced gradients
+    between them (no reshard, no reduce-scatter until the stepping one); same sums as DDP."""
+    accum = ["--max-steps", "6", "--set", "optim.grad_accum=2"]
+    run(tmp_path / "fsdp", *accum, *FSDP, nproc=2)
+    run(tmp_path / "ddp", *accum, nproc=2)
+    fsdp = [r for r in records(tmp_path / "fsdp") if r["type"] == "train"]
+    ddp = [r for r in records(tmp_path / "ddp") if r["type"] == "train"]
+    assert [r["step"] for r in fsdp] == [r["step"] for r in ddp] == [2, 4, 6]
+    for a, b in zip(fsdp, ddp, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)

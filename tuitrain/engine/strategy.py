@@ -222,8 +222,11 @@ class FSDPStrategy(Strategy):
 
     def no_sync(self, skip: bool) -> contextlib.AbstractContextManager[Any]:
         # FSDP2's no_sync: a micro-batch that does not step keeps its unsharded gradients
-        # and reduce-scatters nothing; the one that steps reduces the sum
+        # and reduce-scatters nothing; the one that steps reduces the sum. Its weights stay
+        # gathered after its backward too, so the next micro-batch's forward gathers nothing
+        # (the stepping one reshards them: memory as without accumulation between steps)
         self.plain().set_requires_gradient_sync(not skip)  # type: ignore[operator]
+        self.plain().set_reshard_after_backward(not skip)  # type: ignore[operator]
         return contextlib.nullcontext()
 
     def clip_grad_norm_(self, params: Iterable[nn.Parameter], max_norm: float) -> torch.Tensor:
