@@ -172,3 +172,11 @@ def test_export_names_the_run_dir_of_a_checkpoint_it_is_given(tmp_path: Path, ca
     assert main([str(path), "--format", "csv"]) == 2
     err = capsys.readouterr().err
     assert f"{path} is a checkpoint" in err and f"pass the run dir ({tmp_path})" in err
+
+
+def test_the_ending_lines_count_sharded_checkpoints(tmp_path: Path) -> None:
+    from tuitrain.metrics.ending import checkpoint_count
+
+    save(tmp_path, 2)
+    save(tmp_path, 4)
+    assert checkpoint_count(tmp_path) == 2

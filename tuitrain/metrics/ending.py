@@ -137,7 +137,8 @@ def run_files(run_dir: Path) -> list[str]:
 
 def checkpoint_count(run_dir: Path) -> int:
     try:
-        return sum(1 for p in (run_dir / CKPT_DIR).iterdir() if p.suffix == ".pt")
+        # whole files and sharded (FSDP) checkpoint folders
+        return sum(1 for p in (run_dir / CKPT_DIR).iterdir() if p.suffix in (".pt", ".dcp"))
     except OSError:
         return 0
 
