@@ -270,7 +270,8 @@ HOSTILE = [
 def test_any_metrics_file_is_followed_and_summarised(content: bytes) -> None:
     """The viewer's whole path from bytes to text: follow, store, snapshot, summary rows."""
     from tuitrain.ui.compare import Source, summarize, table_text
-    from tuitrain.ui.view import display_state, failure, progress, rank_table
+    from tuitrain.ui.ranks import rank_table
+    from tuitrain.ui.view import display_state, failure, progress
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "metrics.jsonl"
