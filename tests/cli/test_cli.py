@@ -131,7 +131,7 @@ def test_no_tty_falls_back_to_headless(tmp_path: Path) -> None:
         (["--precision", "fp8"], "invalid choice: 'fp8'"),
         (["--nproc", "0"], "--nproc 0 must be at least 1."),
         (["--set", "optim.lr=nan"], "optim.lr = nan is not a finite number"),
-        (["--resume", "/"], "is a folder; pass a ckpt-step*.pt file"),
+        (["--resume", "/"], "is a folder, not a sharded checkpoint (ckpt-step*.dcp); pass a"),
         (["--preset", ""], "--preset is empty; name one from tuitrain --list-presets"),
         (["--set", "train.pace_s=61"], "train.pace_s = 61.0 is out of range"),
     ],
