@@ -6,8 +6,9 @@ data loader, a deadlock, a dead peer) every rank shows the same optimizer step: 
 counter cannot say who. What differs is how far each rank got inside the step. The training
 loop keeps that in a plain object (`Progress`: micro-batches begun and the phase, data ->
 forward -> backward -> update: one int and one str assignment per micro-batch, nothing else);
-a thread on every rank publishes it, once a second, as a heartbeat in the process group's
-c10d store. Rank 0's thread reads every heartbeat and judges (`Verdict`):
+a thread on every rank publishes it as a heartbeat in the process group's c10d store, every
+`stalled_rank_s` / 15 seconds (0.2 to 2 s: 2 s at the default 30 s bound), with two store
+calls a tick when nothing happened (each call hands the GIL to and from the training loop). Rank 0's thread reads every heartbeat and judges (`Verdict`):
 
 - a rank is *behind* when another rank is further into the step (waiting in the collective
   for it) and it has not moved for the bound, counted from when the other went ahead;
@@ -48,7 +49,8 @@ from typing import Any
 from tuitrain.core.control import Control
 
 PHASES = ("data", "forward", "backward", "update")  # the order within one micro-batch
-POLL_S = 1.0  # heartbeat and judging period
+POLL_S = 1.0  # heartbeat and judging period at most (a bound of 15 s or more: 2 s)
+POLL_MAX_S = 2.0
 DUMP_WAIT_S = 5.0  # stop: how long rank 0 waits for every rank's stacks before the stop
 GRACE_S = 10.0  # stop: how long a rank that is not stalled waits for its loop to fail
 STEP_WINDOW = 20  # the median step time is over this many observations
@@ -269,6 +271,11 @@ class RankWatch:
         self.reported: dict[int, tuple[str, tuple[int, int] | None]] = {}  # rank -> episode
         self.clock = StepClock()
         self.verdict: Verdict | None = None
+        # a tick wakes this thread and each store call hands the GIL back and forth with the
+        # training loop (up to the switch interval, 5 ms, each way): few calls, few ticks
+        self.poll_s = min(POLL_MAX_S, max(0.2, floor_s / 15.0))
+        self.news_seen = 0  # the store's "news" counter: rank 0 adds 1 after a dump or a stop
+        self.all_beating = False  # every rank's heartbeat key exists (keys are never deleted)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tuitrain-rankwatch", daemon=True)
 
@@ -281,7 +288,7 @@ class RankWatch:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(2.0 * POLL_S)
+            self._thread.join(2.0 * self.poll_s)
             with contextlib.suppress(Exception):  # the store may be gone with a failed peer
                 self.publish(done=True)
 
@@ -300,11 +307,19 @@ class RankWatch:
     def _run(self) -> None:
         with contextlib.suppress(Exception):  # a store gone with its host ends the watch
             self.verdict = Verdict(self.world_size, time.monotonic())
-            while not self._stop.wait(POLL_S):
+            while not self._stop.wait(self.poll_s):
                 self.tick()
 
     def tick(self) -> None:
+        """Publish the heartbeat and look for news (two store calls when there is none);
+        on news, answer a dump request and obey a stop; rank 0 then judges."""
         beat = self.publish()
+        news = int(self.store.add("news", 0))  # creates the key at 0 when absent
+        if news == self.news_seen:
+            if self.rank == 0:
+                self.judge()
+            return
+        self.news_seen = news
         request = self.read("dump")
         if request is not None and int(request) > self.dumped:
             self.dumped = int(request)
@@ -352,6 +367,7 @@ class RankWatch:
             return
         request = self.dumped + 1
         self.store.set("dump", str(request))
+        self.store.add("news", 1)
         for stalled in found:
             message, figures, step = describe(stalled, self.stacks)
             self.raise_alert(message, figures | {"bound_s": round(bound, 1)}, step)
@@ -363,12 +379,14 @@ class RankWatch:
                 f"in step {describe(first, None)[2]}"
             )
             self.store.set("stop", json.dumps({"reason": reason, "ranks": [s.rank for s in found]}))
+            self.store.add("news", 1)
 
     def read_beats(self) -> dict[int, Beat | None]:
         """Every rank's heartbeat: one round trip once all have published, else key by key
         (a missing key is never waited for)."""
         keys = [f"beat/{r}" for r in range(self.world_size)]
-        if self.store.check(keys):
+        self.all_beating = self.all_beating or self.store.check(keys)
+        if self.all_beating:
             raws: list[bytes | None] = list(self.store.multi_get(keys))
         else:
             raws = [self.read(key) for key in keys]
