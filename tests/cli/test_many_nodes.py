@@ -13,7 +13,7 @@ import pytest
 
 from tests.cli.test_ddp import env, free_port, records
 from tests.cli.test_fsdp import TINY
-from tuitrain.metrics import records as contract
+from tuitrain.ui.ranks import node_rows
 
 STEPS = 12  # TINY's --max-steps
 
@@ -37,8 +37,9 @@ def check_one_run_of_two_nodes(tmp_path: Path) -> None:
     trains = [r for r in recs if r["type"] == "train"]
     assert trains and all(len(r["rank_step_time_s"]) == 2 for r in trains)
     assert all(len(r["rank_busy_s"]) == 2 for r in trains)
-    if hasattr(contract, "NODE_COLUMN"):  # the engine names each rank's node (GROUP_RANK)
-        assert all(r[contract.NODE_COLUMN] == [0, 1] for r in trains)
+    # the engine names each rank's node (torchrun's GROUP_RANK): one row per node
+    assert all(r["rank_node"] == [0, 1] for r in trains)
+    assert node_rows(trains[-1])[0] and [n.ranks for n in node_rows(trains[-1])[0]] == [(0,), (1,)]
     assert (run_dir / "rank-1.log").is_file()  # the other node's rank logs beside rank 0
 
 
