@@ -100,3 +100,19 @@ def test_a_scripts_ranks_by_step_time_and_a_rank_not_reported_yet() -> None:
     assert waiting[2].split()[:3] == ["1", "—", "—"]
     assert not any("⚠" in line for line in waiting)
     assert rank_note({"rank_step_time_s": [0.2, None]}) == "2 ranks even"
+
+
+def test_a_narrow_panel_drops_columns_instead_of_wrapping() -> None:
+    """A 120-column terminal's Throughput panel has 38 columns: ×median goes first (the last
+    line names the straggler's ratio), then the comm share, then memory; no row is wider."""
+    rec = ddp(2, rank_busy_s=[0.05, 0.1])
+    full = plain(rank_table(rec))
+    assert full[0].split() == ["rank", "data+fwd", "×med", "RSS", "comm/exp"]
+    for width, header in ((38, ["rank", "data+fwd", "RSS", "comm/exp"]),
+                          (34, ["rank", "data+fwd", "RSS"]),
+                          (20, ["rank", "data+fwd"])):  # fmt: skip
+        lines = plain(rank_table(rec, width))
+        assert lines[0].split() == header, width
+        assert all(cell_len(line) <= width for line in lines[:-1]), (width, lines)
+        assert lines[2].endswith("⚠") and lines[-1] == "⚠ straggler: rank 1, data+fwd 1.33× median"
+    assert plain(rank_table(rec, 200)) == full

@@ -210,7 +210,7 @@ def node_label(node: NodeRow) -> str:
     return f"node {node.node}: {len(node.ranks)} ranks"
 
 
-def rank_table(latest: Record | None) -> str:
+def rank_table(latest: Record | None, width: int | None = None) -> str:
     """Content markup: a per-rank table with the straggler flagged ('' for one process):
     each rank's own work (data + forward) against the median rank's, its memory (device
     peak, else host RSS) and its share of the step in collectives (/ exposed, DDP); above
@@ -218,33 +218,50 @@ def rank_table(latest: Record | None) -> str:
 
     No step column: the ranks run in lockstep, so their step times are equal (the panel's
     step line has it), and without it the table fits the panel's 49 columns of a
-    160-column terminal; the straggler's ⚠ ends its row, its name the last line."""
+    160-column terminal; the straggler's ⚠ ends its row, its name the last line. Narrower
+    (`width`, the panel's columns: a 120-column terminal's panel has 38), the ×median column
+    goes first (the last line names the straggler's ratio), then the comm share, then memory:
+    a row never wraps."""
     rows, rest = rank_rows(latest)
     if not rows:
         return ""
     nodes, more_nodes = node_rows(latest)
     labels = [node_label(node) for node in nodes]
-    width = max([4, *map(len, labels)])
-    mem_header = rank_memory(latest)[1]
+    first = max([4, *map(len, labels)])
     comm_header = "comm/exp" if any(row.exposed_frac is not None for row in rows) else "comm"
     work = work_measure(latest)[1]
-    lines = [f"[b]{'rank':>{width}}  {work:>8}  ×med  {mem_header:>8}  {comm_header:>8}[/b]"]
+    mem_header = rank_memory(latest)[1]
+    widths = {"×med": 4, mem_header: 8, comm_header: 8}
+    shown = ["×med", mem_header, comm_header]  # left to right, after the rank and its work
 
-    def cells(busy_s: float, vs_median: float, mem: float | None, comm: str) -> str:
-        ratio = f"{vs_median:.2f}" if math.isfinite(vs_median) else DASH
-        return f"  {format_seconds(busy_s):>8}  {ratio:>4}  {short_bytes(mem):>8}  {comm:>8}"
+    def fits(names: list[str]) -> bool:  # the rank, its work, the columns, a straggler's ⚠
+        return width is None or first + 10 + sum(2 + widths[n] for n in names) + 2 <= width
 
+    for name in ("×med", comm_header, mem_header):  # dropped in this order where narrow
+        if fits(shown):
+            break
+        shown.remove(name)
+
+    def line(label: str, busy_s: float, vs_median: float, mem: float | None, comm: str) -> str:
+        values = {
+            "×med": f"{vs_median:.2f}" if math.isfinite(vs_median) else DASH,
+            mem_header: short_bytes(mem),
+            comm_header: comm,
+        }
+        cells = "".join(f"  {values[name]:>{widths[name]}}" for name in shown)
+        return f"{label:>{first}}  {format_seconds(busy_s):>8}{cells}"
+
+    heads = "".join(f"  {name:>{widths[name]}}" for name in shown)
+    lines = [f"[b]{'rank':>{first}}  {work:>8}{heads}[/b]"]
     for label, node in zip(labels, nodes, strict=True):
         comm = comm_share(node.comm_frac, node.exposed_frac)
-        lines.append(f"{label:>{width}}" + cells(node.busy_s, node.vs_median, node.mem_bytes, comm))
+        lines.append(line(label, node.busy_s, node.vs_median, node.mem_bytes, comm))
     if more_nodes:
         lines.append(f"[dim]… {more_nodes} more nodes, all faster[/dim]")
     for row in rows:
         comm = comm_share(row.comm_frac, row.exposed_frac)
         flag = " [$warning]⚠[/]" if row.straggler else ""
-        lines.append(
-            f"{row.rank:>{width}}" + cells(row.busy_s, row.vs_median, row.mem_bytes, comm) + flag
-        )
+        lines.append(line(str(row.rank), row.busy_s, row.vs_median, row.mem_bytes, comm) + flag)
     if rest:
         lines.append(f"[dim]… {rest} more ranks, all faster[/dim]")
     slow = next((row for row in rows if row.straggler), None)

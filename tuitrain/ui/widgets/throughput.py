@@ -63,7 +63,7 @@ class ThroughputPanel(Panel):
             second = " · ".join(t for t in (note, flops, step, cost) if t)
             return f"{rates}\n{second}"
         text = "\n".join(t for t in (rates, step + batch_text, flops, cost) if t)
-        ranks = rank_table(snap.latest)
+        ranks = rank_table(snap.latest, self.summary_text.content_size.width or None)
         return f"{text}\n{ranks}" if ranks else text
 
     def lines(self, snap: Snapshot, buckets: int) -> Sequence[Line]:
