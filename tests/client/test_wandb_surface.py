@@ -198,3 +198,15 @@ def test_the_wandb_module_never_imports_torch(tmp_path: Path) -> None:
     run_dir = next(tmp_path.iterdir())
     train = of(records(run_dir), "train")
     assert len(train) == 10 and train[-1]["host_rss_bytes"] > 0
+
+
+def test_init_with_dir_takes_a_folder_no_other_init_holds(tmp_path: Path) -> None:
+    """`wandb.init(dir=D)` makes D/tuitrain-<name> itself (atomically): a folder another
+    process has just made, before it wrote its first record, is not taken (two scripts
+    starting at once write two runs, not one run dir with two writers)."""
+    (tmp_path / "tuitrain-race").mkdir()  # another process's init, a moment ahead
+    run = wandb.init(name="race", dir=str(tmp_path))
+    wandb.log({"loss": 1.0})
+    wandb.finish()
+    assert Path(run.dir) == tmp_path / "tuitrain-race-2"
+    assert not any((tmp_path / "tuitrain-race").iterdir())  # left to its owner

@@ -28,9 +28,11 @@ import enum
 import os
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from tuitrain.client import core as client
+from tuitrain.client.rundirs import fresh_dir
 from tuitrain.wandb import _shared
 from tuitrain.wandb._shared import Settings
 from tuitrain.wandb.wandb_run import Artifact, Run, RunDisabled, alert_level
@@ -105,7 +107,8 @@ def init(
     **kwargs: Any,
 ) -> Run | RunDisabled:
     """Start a run: under `tuitrain run` its run dir, else `dir`/tuitrain-<name> or
-    runs/<name>-<timestamp> (a `-2`, `-3` ... suffix where that run dir holds a run already).
+    runs/<name>-<timestamp> (a `-2`, `-3` ... suffix where that folder exists already: two
+    processes starting at once get two folders).
     `project`, `entity`, `tags`, `notes`, `group`, `job_type` are the run's metadata (the
     header's `config.meta`), never `wandb.config`."""
     global _run, summary
@@ -125,8 +128,10 @@ def init(
     directory: str | None = None
     if not os.environ.get("TUITRAIN_RUN_DIR"):
         stem = name or client.script_name()
-        if dir is not None:
-            directory = _unique(os.path.join(dir, "tuitrain-" + stem))
+        if dir is not None:  # a fresh folder each init, made atomically (rundirs), as wandb's
+            base = Path(dir) / ("tuitrain-" + stem)  # own dir/wandb/run-<stamp>-<id> is
+            # another rank of a torchrun job writes nothing: it makes no folder of its own
+            directory = str(base if client.other_rank() is not None else fresh_dir(base))
         # else None: the client picks runs/<name>-<stamp>, made atomically (rundirs)
     inner = client.init(directory, merged, name, **meta)
     dict.clear(globals()["config"])
@@ -135,15 +140,6 @@ def init(
     summary = inner.summary
     _run = Run(inner)
     return _run
-
-
-def _unique(path: str) -> str:
-    """`path`, or `path-2`, `path-3` ... where it holds a run already (each init its own)."""
-    found, n = path, 1
-    while os.path.exists(os.path.join(found, "metrics.jsonl")):
-        n += 1
-        found = f"{path}-{n}"
-    return found
 
 
 def _live() -> Run | RunDisabled:
