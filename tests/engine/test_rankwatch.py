@@ -179,3 +179,20 @@ def test_rank_0_reads_a_missing_heartbeat_as_none_without_waiting_for_it() -> No
                                   1: beat(7, 2, "data"), 2: None}  # fmt: skip
     store.set("beat/2", beat(1, 2, "data").to_json())  # now all: one multi_get
     assert watch.read_beats()[2] == beat(1, 2, "data")
+
+
+def test_a_rank_saving_while_the_others_went_ahead_is_not_behind() -> None:
+    """Rank 0 writing a long checkpoint (or a profile's trace) while rank 1 has begun the
+    next micro-batch is its own work, not a stall: no `behind` verdict however long."""
+    from tuitrain.engine.rankwatch import OWN_WORK, Beat, Verdict
+
+    verdict = Verdict(2, 0.0)
+    for t, n in ((0.0, 1), (40.0, 2), (80.0, 3)):
+        beats = {0: Beat(n, 5, OWN_WORK, 4), 1: Beat(n, 6, "backward", 4)}
+        assert verdict.judge(beats, t, 30.0) == []
+    beats = {0: Beat(4, 5, "update", 4), 1: Beat(4, 6, "backward", 4)}  # then it stops there
+    verdict.judge(beats, 100.0, 30.0)
+    [stalled] = verdict.judge(
+        {0: Beat(5, 5, "update", 4), 1: Beat(5, 6, "backward", 4)}, 131.0, 30.0
+    )
+    assert (stalled.rank, stalled.why) == (0, "behind")

@@ -8,7 +8,8 @@ loop keeps that in a plain object (`Progress`: micro-batches begun and the phase
 forward -> backward -> update: one int and one str assignment per micro-batch, nothing else);
 a thread on every rank publishes it as a heartbeat in the process group's c10d store, every
 `stalled_rank_s` / 15 seconds (0.2 to 2 s: 2 s at the default 30 s bound), with two store
-calls a tick when nothing happened (each call hands the GIL to and from the training loop). Rank 0's thread reads every heartbeat and judges (`Verdict`):
+calls a tick when nothing happened (each call hands the GIL to and from the training
+loop). Rank 0's thread reads every heartbeat and judges (`Verdict`):
 
 - a rank is *behind* when another rank is further into the step (waiting in the collective
   for it) and it has not moved for the bound, counted from when the other went ahead;
@@ -49,6 +50,9 @@ from typing import Any
 from tuitrain.core.control import Control
 
 PHASES = ("data", "forward", "backward", "update")  # the order within one micro-batch
+# between steps: work one rank does on its own while the others wait (rank 0 writing a
+# checkpoint, a profile, a memory snapshot): slow on a slow disk, never a stall
+OWN_WORK = "save"
 POLL_S = 1.0  # heartbeat and judging period at most (a bound of 15 s or more: 2 s)
 POLL_MAX_S = 2.0
 DUMP_WAIT_S = 5.0  # stop: how long rank 0 waits for every rank's stacks before the stop
@@ -145,7 +149,7 @@ class Verdict:
             ahead = tuple(
                 r for r, b in live.items() if r not in silent and b.position > beat.position
             )
-            if not ahead:
+            if not ahead or beat.phase == OWN_WORK:  # a long save is not a stall
                 self.behind.pop(rank, None)
                 continue
             where, since = self.behind.get(rank, (None, now))

@@ -12,7 +12,7 @@ import math
 import platform
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from tuitrain.engine.meter import IntervalMeter
 from tuitrain.engine.precision import bf16_supported
 from tuitrain.engine.profiling import StepProfiler
 from tuitrain.engine.ranktime import ForwardClock
-from tuitrain.engine.rankwatch import Progress
+from tuitrain.engine.rankwatch import OWN_WORK, Progress
 from tuitrain.engine.setup import DistInfo, RunParts
 from tuitrain.engine.state import FORMAT_VERSION, is_number
 from tuitrain.engine.tasks.base import (
@@ -251,8 +251,10 @@ class Trainer:
         self.epoch_step += 1
         self.state_sound = True
         self.samples += self.batch_size * self.cfg.optim.grad_accum * self.dist.world_size
+        self.progress.phase = OWN_WORK  # a profile's trace, a memory snapshot: rank 0's file
         self.profiler.after_step(self.sink)
         self.memory.after_step(self.step, self.sink)
+        self.progress.phase = "update"
         if self.cfg.train.pace_s:
             self.control.sleep(self.cfg.train.pace_s)  # a stop (SIGTERM, q) does not wait it out
         if first:
@@ -543,6 +545,20 @@ class Trainer:
         its shard and its own state into the folder rank 0 renames into place."""
         if self.run_dir is None or self.last_saved_step == self.step:
             return None
+        with self.own_work():
+            return self._save(reason)
+
+    @contextlib.contextmanager
+    def own_work(self) -> Iterator[None]:
+        """Work this rank does between steps while the others may wait for it (a checkpoint,
+        a profile's trace): the rank watch does not call a long one a stall."""
+        before, self.progress.phase = self.progress.phase, OWN_WORK
+        try:
+            yield
+        finally:
+            self.progress.phase = before
+
+    def _save(self, reason: str) -> Path | None:
         self.meter.note_sync()  # the state is copied to the host
         if not self.dist.is_main and self.sharded_checkpoints:  # every rank writes its shard
             with contextlib.suppress(OSError):  # rank 0 says the save failed
