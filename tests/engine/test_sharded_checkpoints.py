@@ -102,6 +102,22 @@ def test_a_failed_sharded_save_leaves_no_checkpoint(tmp_path: Path) -> None:
     assert find_latest(tmp_path).name == "ckpt-step00000002.dcp"
 
 
+def test_a_part_rank_0_cannot_see_fails_the_save_on_every_rank(tmp_path: Path) -> None:
+    """Ranks on nodes that share no filesystem each write into a temp folder of their own:
+    rank 0 does not see rank 1's part, so the folder is not put in place (a checkpoint that
+    could never load), and the error says what to do."""
+    save(tmp_path, 2)
+    strategy, optimizer = trained()
+    shards, groups = strategy.sharded_state(optimizer)
+    own = {"step": 4, "preset": "p", "param_groups": groups}
+    with pytest.raises(OSError, match="rank 1's part of the checkpoint is not in .* shares, or"):
+        save_sharded(tmp_path, 4, 0, shards, own, 3, strategy.agree, world_size=2)
+    folder = checkpoint_dir(tmp_path)
+    assert [p.name for p in list_checkpoints(folder)] == ["ckpt-step00000002.dcp"]
+    assert not any(p.name.startswith(".") for p in folder.iterdir())
+    assert find_latest(tmp_path).name == "ckpt-step00000002.dcp"
+
+
 class Boom:
     def __reduce__(self) -> tuple[Any, ...]:
         return (os.system, ("touch pwned",))

@@ -190,12 +190,16 @@ def save_sharded(
     own: dict[str, Any],
     keep: int,
     agree: Agree,
+    world_size: int = 1,
 ) -> Path:
     """Every rank, at the same step: its shard of `shards` (model and optimizer tensors,
     DTensors under FSDP) through DCP and its `own` state (rank 0: the checkpoint's state.pt,
     the others: rank<R>.pt) into ckpt-step<N>.dcp's temp folder; once every rank says its
-    part is on disk, rank 0 renames the folder into place, moves `latest` and prunes. A
-    failure anywhere raises OSError on every rank and leaves no checkpoint of this step."""
+    part is on disk, rank 0 checks that it sees every rank's part there (nodes that share no
+    filesystem each wrote into a folder of their own), renames the folder into place, moves
+    `latest` and prunes, and the ranks agree once more on that. A failure anywhere raises
+    OSError on every rank (every rank's next save starts from the same point) and leaves no
+    checkpoint of this step."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
@@ -225,15 +229,30 @@ def save_sharded(
             _remove(tmp)
         raise error or OSError(errno.EIO, "another rank could not write its shard")
     if rank == 0:
-        _fsync_dir(tmp)
-        old = folder / f".{path.name}.tmp-old"
-        if path.exists():  # the same step saved before (a resume from an earlier one)
+        try:
+            unseen = [r for r in range(1, world_size) if not (tmp / f"rank{r}.pt").is_file()]
+            if unseen:
+                raise OSError(
+                    errno.ENOENT,
+                    f"rank {unseen[0]}'s part of the checkpoint is not in {tmp} as rank 0 sees"
+                    " it: ranks on several nodes need a run dir every node shares, or"
+                    " checkpoint.format = 'whole'",
+                )
+            _fsync_dir(tmp)
+            old = folder / f".{path.name}.tmp-old"
+            if path.exists():  # the same step saved before (a resume from an earlier one)
+                _remove(old)
+                os.replace(path, old)
+            os.replace(tmp, path)
+            _fsync_dir(folder)
             _remove(old)
-            os.replace(path, old)
-        os.replace(tmp, path)
-        _fsync_dir(folder)
-        _remove(old)
-        _write_atomic(folder / LATEST, lambda f: f.write(path.name.encode() + b"\n"))
+            _write_atomic(folder / LATEST, lambda f: f.write(path.name.encode() + b"\n"))
+        except OSError as exc:
+            error = exc
+            _remove(tmp)
+    if not agree(error is None):
+        raise error or OSError(errno.EIO, "rank 0 could not put the checkpoint in place")
+    if rank == 0:
         prune(folder, keep, current=path)
     return path
 

@@ -627,8 +627,9 @@ class Trainer:
             else self.rank_state_dict()
         )
         return save_sharded(
-            self.run_dir, self.step, self.dist.rank, shards, own, keep, self.strategy.agree
-        )
+            self.run_dir, self.step, self.dist.rank, shards, own, keep, self.strategy.agree,
+            self.dist.world_size,
+        )  # fmt: skip
 
     # ---------------------------------------------------------------- state
     def state_dict(self, weights: bool = True) -> dict[str, Any]:
