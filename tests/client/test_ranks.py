@@ -101,8 +101,11 @@ def test_a_rank_ahead_waits_for_rank_0s_step_and_a_quiet_rank_is_null(
     with (tmp_path / "rank-1.jsonl").open("a") as f:
         f.write('me_s": 0.5, "host_rss_bytes": 300}\n')
     assert reader.lists(12, own)["rank_host_rss_bytes"][1] == 300.0  # type: ignore[index]
-    monkeypatch.setattr(ranks, "STALE_S", -1.0)  # rank 1 said nothing since
-    assert math.isnan(reader.lists(13, own)["rank_host_rss_bytes"][1])  # type: ignore[index]
+    monkeypatch.setattr(ranks, "STALE_S", -1.0)  # rank 1 said nothing since ...
+    slow = {"step_time_s": 60.0, "host_rss_bytes": 50}  # ... but rank 0's steps take 60 s
+    assert reader.lists(13, slow)["rank_host_rss_bytes"][1] == 300.0  # type: ignore[index]
+    quick = {"step_time_s": 0.0, "host_rss_bytes": 50}  # ... and here that is silence
+    assert math.isnan(reader.lists(14, quick)["rank_host_rss_bytes"][1])  # type: ignore[index]
 
 
 def test_a_pointer_from_an_older_job_or_to_a_link_is_not_followed(tmp_path: Path) -> None:

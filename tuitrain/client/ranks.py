@@ -45,7 +45,7 @@ from tuitrain.client import rundirs
 RANKS_DIR = "ranks"  # in rank 0's run dir: rank-<N>.jsonl, one per other rank
 POINTER_DIR = ".tuitrain-jobs"  # beside the runs: <job>.json names rank 0's run dir
 FLUSH_S = 1.0  # how often another rank reports (when it logged since the last report)
-STALE_S = 10.0  # a rank's figures older than this (rank 0's clock) are null: it went quiet
+STALE_S = 10.0  # a rank's figures older than this and 3 steps (rank 0's clock) are null: quiet
 MAX_READ_BYTES = 1 << 20  # what rank 0 reads of one rank's file at one flush
 MAX_PENDING = 10_000  # entries held per rank waiting for rank 0's rows to reach their step
 START_SLACK_S = 60.0  # a pointer this much older than this process is an older job's
@@ -245,11 +245,18 @@ class RankReader:
     def lists(self, step: int, own: Mapping[str, Any]) -> dict[str, list[float]] | None:
         """The per-rank lists for rank 0's train record at `step` (`own`: rank 0's figures),
         None while no other rank has reported. A rank's entries past `step` wait for a later
-        record; a rank without figures for STALE_S has NaN (null in the file)."""
+        record; a rank without figures for STALE_S (or three of rank 0's steps, if longer) has
+        NaN (null in the file)."""
         self.poll()
         if not self._heard:
             return None
         now = time.monotonic()
+        # quiet means quieter than the steps are long: a rank reports up to FLUSH_S after it
+        # logs, so a record can come before its step's figures, and a 30 s step is no silence
+        own_step = own.get("step_time_s")
+        stale_s = STALE_S
+        if isinstance(own_step, (int, float)) and math.isfinite(own_step):
+            stale_s = max(STALE_S, 3.0 * own_step)
         columns: dict[str, list[float]] = {name: [] for name in RANK_FIELDS}
         for rank in range(self.world):
             if rank == 0:
@@ -261,7 +268,7 @@ class RankReader:
                     self._current[rank] = (taken[-1], now)
                     self._pending[rank] = [e for e in pending if e["step"] > step]
                 held = self._current[rank]
-                figures = held[0] if held is not None and now - held[1] <= STALE_S else None
+                figures = held[0] if held is not None and now - held[1] <= stale_s else None
             for name in RANK_FIELDS:
                 value = (figures or {}).get(name.removeprefix("rank_"))
                 if not isinstance(value, (int, float)) or not math.isfinite(value):

@@ -215,8 +215,12 @@ class FSDPStrategy(Strategy):
         for block in blocks:
             fully_shard(block, **kwargs)
         fully_shard(model, **kwargs)  # the root: what no block holds (embeddings, head)
-        self.comm_clock = CommClock(self.device)
-        self.comm_clock.attach_fsdp([*blocks, model])  # its all-gathers and reduce-scatters
+        clock = CommClock(self.device)
+        try:  # its all-gathers and reduce-scatters (set_custom_* is not in every torch 2.x)
+            clock.attach_fsdp([*blocks, model])
+            self.comm_clock = clock
+        except (ImportError, AttributeError):
+            self.comm_clock = None  # an older torch: the records go without the comm fields
         self.module = model  # the same object, its class now an FSDPModule
         return model
 
