@@ -162,3 +162,32 @@ def test_every_rank_logging_under_tuitrain_run_fills_the_per_rank_lists(tmp_path
     assert "rank 1 of 2 done" in done.stdout
     check_both_ranks(tmp_path / "run")
     assert not list(tmp_path.glob("run-*"))  # one run dir
+
+
+def test_a_reporter_follows_rank_0s_pointer_when_it_replaces_a_crashed_jobs(
+    tmp_path: Path,
+) -> None:
+    """Plain torchrun gives a rerun the same job key: a pointer a crashed job left moments
+    before this process started may be read first; once this job's rank 0 writes its own,
+    the reports go to its run dir, not the dead one's."""
+    for name in ("old", "new"):
+        (tmp_path / name / ranks.RANKS_DIR).mkdir(parents=True)
+    pointer = tmp_path / "job.json"
+    assert ranks.write_pointer(pointer, tmp_path / "old")
+    reporter = ranks.RankReporter(1, pointer)
+    try:
+        reporter.note(1)
+        reporter.note(2)
+        reporter.report()
+        assert reporter.folder == tmp_path / "old" / ranks.RANKS_DIR
+        assert ranks.write_pointer(pointer, tmp_path / "new")  # this job's rank 0, later
+        reporter.note(3)
+        reporter.report()
+        assert reporter.folder == tmp_path / "new" / ranks.RANKS_DIR
+        assert (tmp_path / "new" / ranks.RANKS_DIR / "rank-1.jsonl").read_text().count("\n") == 1
+        pointer.unlink()  # rank 0 finished: the last report still goes to its run dir
+        reporter.note(4)
+        reporter.report()
+        assert (tmp_path / "new" / ranks.RANKS_DIR / "rank-1.jsonl").read_text().count("\n") == 2
+    finally:
+        reporter.close()

@@ -188,10 +188,12 @@ class RankReporter:
         last, since = self._last, self._reported
         if last is None or since is None or (self.reports and last[0] <= since[0]):
             return
+        # read at every report, not once: a pointer a crashed job left (same job key, written
+        # just before this process started) gives way to this job's rank 0's when it writes;
+        # once rank 0 removed its own at finish, the folder it named stays the one
+        self.folder = read_pointer(self.pointer, self.started) or self.folder
         if self.folder is None:
-            self.folder = read_pointer(self.pointer, self.started)
-            if self.folder is None:
-                return  # rank 0 has not named its run dir (yet, or not on this node)
+            return  # rank 0 has not named its run dir (yet, or not on this node)
         step_time = (last[1] - since[1]) / (last[0] - since[0]) if last[0] > since[0] else None
         from tuitrain.client.core import host_rss_bytes
 

@@ -435,8 +435,11 @@ def flight_recorder_env(environ: MutableMapping[str, str], stacks: Path | None) 
     wanted = {"TORCH_NCCL_TRACE_BUFFER_SIZE": FLIGHT_RECORDER_ENTRIES,
               "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}  # fmt: skip
     if stacks is not None:
-        stacks.mkdir(parents=True, exist_ok=True)  # NCCL's dump does not make the folder
-        wanted["TORCH_FR_DUMP_TEMP_FILE"] = str(stacks / "nccl-trace-rank-")
+        try:
+            stacks.mkdir(parents=True, exist_ok=True)  # NCCL's dump does not make the folder
+            wanted["TORCH_FR_DUMP_TEMP_FILE"] = str(stacks / "nccl-trace-rank-")
+        except OSError:
+            pass  # a run dir that cannot be written: the run's own check says so in a sentence
     if "TORCH_FR_BUFFER_SIZE" in environ:  # the newer name of the buffer's size
         del wanted["TORCH_NCCL_TRACE_BUFFER_SIZE"]
     if "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" in environ:  # the older name of the dump's prefix
