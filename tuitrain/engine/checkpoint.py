@@ -465,7 +465,7 @@ def read_sharded_metadata(path: Path) -> Any:
             and isinstance(info.relative_path, str)
             and info.relative_path.startswith("__")
             and _SHARDED_FILE.match(info.relative_path)
-            and not info.transform_descriptors
+            and not getattr(info, "transform_descriptors", None)  # absent in older torch
         ):
             raise CheckpointError(
                 f"checkpoint {path} names data outside its own shard files; {fix}."
