@@ -1,6 +1,11 @@
 """The `gpt` model: a causal character-level transformer, GPT-shaped (token and position
 embeddings, pre-norm blocks of causal `scaled_dot_product_attention` and a 4x MLP, a final
-LayerNorm, the output head tied to the token embedding), and sampling from it."""
+LayerNorm, the output head tied to the token embedding), and sampling from it.
+
+On a CPU under bf16 autocast the attention runs SDPA's math backend: the flash CPU kernel
+torch picks there took 2.3x the math backend's time in bf16 (forward + backward, 32 x 4
+heads x 64 positions x 32; 2x at 128 positions), while in fp32 flash stays the faster one
+(0.7x of math) and stays the choice (BENCHMARKS.md, issue #40)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import math
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tuitrain.core.errors import UserError
 
@@ -30,9 +36,12 @@ class Block(nn.Module):
         b, t, c = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
-        )
+        dropout = self.dropout if self.training else 0.0
+        if q.device.type == "cpu" and q.dtype == torch.bfloat16:
+            with sdpa_kernel(SDPBackend.MATH):  # the CPU's bf16 flash kernel is the slower
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
         x = x + self.drop(self.proj(y.transpose(1, 2).reshape(b, t, c)))
         return x + self.drop(self.mlp(self.ln2(x)))
 

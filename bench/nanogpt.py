@@ -1,0 +1,261 @@
+"""nanoGPT's own train.py against the hosted engine, on tuitrain's shipped Shakespeare (#40).
+
+    python bench/nanogpt.py --nanogpt DIR throughput --pairs 4 --steps 200
+    python bench/nanogpt.py --nanogpt DIR quality --pairs 2 --preset charlm-fast
+
+DIR is a checkout of karpathy/nanoGPT (train.py, model.py, configurator.py). Its
+data/tuitrain_char/ gets tuitrain's text encoded as the charlm task encodes it: the sorted set
+of the whole text's characters as the vocabulary, the last tenth of the text for validation,
+which is what nanoGPT's data/shakespeare_char/prepare.py does to its own text; written as that
+script writes it (uint16 train.bin and val.bin, meta.pkl). prepare.py run on the same text
+gives byte-identical files (BENCHMARKS.md, issue #40).
+
+throughput: the same shape on both sides (4 layers, 4 heads, 128 wide, biases, context 128,
+batch 32, no dropout, fp32, no compile). nanoGPT's tokens/s come from its per-iteration
+times, the engine's from its train records, each the median of 20-step windows after the
+first two; MFU divides the engine's FLOPs per sequence (FlopCounterMode) by the matmul
+probe's peak (--measure-peak), for both sides.
+
+quality: nanoGPT's README CPU recipe ("baby GPT": 4x4x128, context 64, batch 12, 2,000
+iterations, no dropout, 20 eval batches), V = its last val loss, T = seconds from its launch
+to the line that prints it; the engine's preset: seconds from its launch to the line of its
+first evaluation at or below V. Both sides' lines are stamped by this script as it reads them.
+
+Pairs alternate their order; each pair prints one JSON line (progress on stderr), and a
+summary is the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import REPO, machine, note, spread
+
+DATASET = "tuitrain_char"
+WINDOW, SKIP = 20, 2  # steps per throughput window; windows left out at the start
+SAME_SHAPE = ["--n_layer=4", "--n_head=4", "--n_embd=128", "--dropout=0.0", "--bias=True"]
+BABY = [  # nanoGPT README, "I only have a macbook": the CPU recipe, on the shipped text
+    "config/train_shakespeare_char.py", f"--dataset={DATASET}", "--device=cpu",
+    "--compile=False", "--eval_iters=20", "--log_interval=1", "--block_size=64",
+    "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128", "--max_iters=2000",
+    "--lr_decay_iters=2000", "--dropout=0.0",
+]  # fmt: skip
+ITER = re.compile(r"iter (\d+): loss [-\d.naif]+, time ([\d.]+)ms")
+EVAL = re.compile(r"step (\d+): train loss [\d.]+, val loss ([\d.]+)")
+ENGINE_EVAL = re.compile(r"eval\s+step (\d+)")
+
+
+def prepare(nanogpt: Path) -> dict[str, int]:
+    """tuitrain's text as nanoGPT data under nanogpt/data/tuitrain_char/."""
+    import numpy as np
+
+    from tuitrain.engine.data.text import VAL_SHARE, Vocabulary, load_text
+
+    text = load_text()
+    vocab = Vocabulary(text)
+    ids = vocab.encode(text).numpy()
+    cut = int(len(ids) * (1 - VAL_SHARE))
+    out = nanogpt / "data" / DATASET
+    out.mkdir(parents=True, exist_ok=True)
+    ids[:cut].astype(np.uint16).tofile(out / "train.bin")
+    ids[cut:].astype(np.uint16).tofile(out / "val.bin")
+    meta = {
+        "vocab_size": len(vocab),
+        "itos": dict(enumerate(vocab.chars)),
+        "stoi": {c: i for i, c in enumerate(vocab.chars)},
+    }
+    with open(out / "meta.pkl", "wb") as f:
+        pickle.dump(meta, f)
+    return {"characters": len(ids), "vocab": len(vocab), "train": cut, "val": len(ids) - cut}
+
+
+def stamped(cmd: list[str], cwd: Path, log: Path) -> tuple[list[tuple[float, str]], float]:
+    """Run `cmd`; every output line with the seconds since launch when it was read."""
+    t0 = time.perf_counter()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    assert proc.stdout is not None
+    lines = [(time.perf_counter() - t0, line.rstrip("\n")) for line in proc.stdout]
+    proc.wait()
+    wall = time.perf_counter() - t0
+    log.write_text("".join(f"{t:9.3f} {line}\n" for t, line in lines))
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}; its output: {log}")
+    return lines, wall
+
+
+def window_medians(step_s: dict[int, float]) -> float:
+    """Median seconds per step over WINDOW-step windows, the first SKIP left out."""
+    steps = sorted(s for s in step_s if s >= 1)
+    means = [
+        statistics.fmean(step_s[s] for s in steps[k * WINDOW : (k + 1) * WINDOW])
+        for k in range(SKIP, len(steps) // WINDOW)
+    ]
+    if not means:
+        raise ValueError(f"fewer than {(SKIP + 1) * WINDOW} steps timed; raise --steps")
+    return statistics.median(means)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        self.args, self.work = args, work
+        self.python = args.python or sys.executable
+
+    def nanogpt_throughput(self, i: int) -> dict[str, Any]:
+        a = self.args
+        cmd = [
+            self.python, "train.py", f"--dataset={DATASET}", "--device=cpu", "--compile=False",
+            "--dtype=float32", "--block_size=128", "--batch_size=32", *SAME_SHAPE,
+            f"--max_iters={a.steps}", "--eval_interval=1000000", "--eval_iters=1",
+            "--log_interval=1", "--gradient_accumulation_steps=1", "--learning_rate=3e-3",
+            "--weight_decay=0.01",
+            "--warmup_iters=100", f"--lr_decay_iters={a.steps}", "--min_lr=3e-4",
+            f"--out_dir={self.work / 'np-out'}", *a.np_arg,
+        ]  # fmt: skip
+        lines, wall = stamped(cmd, a.nanogpt, self.work / f"np-throughput-{i}.log")
+        step_s = {
+            int(m.group(1)): float(m.group(2)) / 1e3 for _, x in lines if (m := ITER.match(x))
+        }
+        per_step = window_medians(step_s)
+        return {"tokens_per_s": 32 * 128 / per_step, "step_ms": per_step * 1e3, "wall_s": wall}
+
+    def engine(self, i: int, preset: str, extra: list[str], tag: str) -> tuple[Any, ...]:
+        run_dir = self.work / f"engine-{tag}-{i}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        cmd = [
+            self.python, "-m", "tuitrain", "--no-ui", "--preset", preset,
+            "--run-dir", str(run_dir), "--set", 'train.device="cpu"', *extra,
+            *(x for s in self.args.set for x in ("--set", s)),
+        ]  # fmt: skip
+        lines, wall = stamped(cmd, REPO, self.work / f"engine-{tag}-{i}.log")
+        with open(run_dir / "metrics.jsonl") as f:
+            records = [json.loads(line) for line in f]
+        return lines, wall, records
+
+    def engine_throughput(self, i: int) -> dict[str, Any]:
+        steps = ["--max-steps", str(self.args.steps), "--log-every", str(WINDOW)]
+        quiet = ["--set", "train.eval_every=0", "--set", "data.val_samples=64"]
+        _, wall, records = self.engine(i, "charlm-mini", [*steps, *quiet, "--measure-peak"], "tp")
+        train = [r for r in records if r.get("type") == "train"][SKIP:]
+        if not train:
+            raise ValueError(f"fewer than {(SKIP + 1) * WINDOW} steps logged; raise --steps")
+
+        def median(key: str) -> float | None:
+            values = [r[key] for r in train if r.get(key) is not None]
+            return statistics.median(values) if values else None
+
+        header = next(r for r in records if r.get("type") == "header")
+        return {
+            "tokens_per_s": median("tokens_per_s"),
+            "tflops": median("tflops"),
+            "mfu": median("mfu"),
+            "peak_tflops": header.get("peak_tflops"),
+            "wall_s": wall,
+        }
+
+    def nanogpt_quality(self, i: int) -> dict[str, Any]:
+        out = self.work / "np-baby"
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = [self.python, "train.py", *BABY, f"--out_dir={out}", *self.args.np_arg]
+        lines, wall = stamped(cmd, self.args.nanogpt, self.work / f"np-quality-{i}.log")
+        evals = [(t, int(m[1]), float(m[2])) for t, x in lines if (m := EVAL.match(x))]
+        t, step, value = evals[-1]
+        return {"V": value, "T_s": round(t, 2), "at_step": step, "wall_s": wall, "evals": evals}
+
+    def engine_quality(self, i: int) -> dict[str, Any]:
+        lines, wall, records = self.engine(i, self.args.preset, [], "quality")
+        seen: dict[int, float] = {}
+        for t, line in lines:
+            m = ENGINE_EVAL.search(line)
+            if m:
+                seen.setdefault(int(m.group(1)), t)
+        evals = [
+            (seen.get(r["step"]), r["step"], r["val_loss"])
+            for r in records
+            if r.get("type") == "eval"
+        ]
+        return {"wall_s": wall, "evals": evals}
+
+
+def load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nanogpt", type=Path, required=True, help="a nanoGPT checkout")
+    parser.add_argument("mode", choices=["prepare", "throughput", "quality"])
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=200, help="throughput: steps a run")
+    parser.add_argument("--preset", default="charlm-fast", help="quality: the engine's preset")
+    parser.add_argument("--set", action="append", default=[], help="engine override")
+    parser.add_argument("--np-arg", action="append", default=[], help="nanoGPT argument")
+    parser.add_argument("--python", help="the interpreter of both sides (default: this one)")
+    parser.add_argument("--work", type=Path, help="logs and run dirs (default: a temp dir)")
+    args = parser.parse_args()
+    data = prepare(args.nanogpt)
+    if args.mode == "prepare":
+        print(json.dumps(data))
+        return
+    work = args.work or Path(tempfile.mkdtemp(prefix="tuitrain-nanogpt-"))
+    work.mkdir(parents=True, exist_ok=True)
+    bench = Bench(args, work)
+    pairs: list[dict[str, Any]] = []
+    for i in range(args.pairs):
+        before = load()
+        order = ("nanogpt", "engine") if i % 2 == 0 else ("engine", "nanogpt")
+        pair: dict[str, Any] = {"pair": i, "order": order}
+        for side in order:
+            if args.mode == "throughput":
+                pair[side] = getattr(bench, f"{side}_throughput")(i)
+            else:
+                pair[side] = getattr(bench, f"{side}_quality")(i)
+        if args.mode == "quality":  # the target is known once nanoGPT has run: judged after
+            target, evals = pair["nanogpt"]["V"], pair["engine"]["evals"]
+            hit = next(((t, s, v) for t, s, v in evals if t is not None and v <= target), None)
+            pair["engine"]["hit"] = hit
+            pair["ratio"] = hit[0] / pair["nanogpt"]["T_s"] if hit else None
+        else:
+            engine, nanogpt = pair["engine"], pair["nanogpt"]
+            pair["ratio"] = engine["tokens_per_s"] / nanogpt["tokens_per_s"]
+            if engine["mfu"] is not None:  # the same FLOPs per token on both sides
+                nanogpt["mfu"] = engine["mfu"] / pair["ratio"]
+        pair["load"] = [before, load()]
+        note(f"pair {i}: ratio {pair['ratio']}, load {pair['load']}")
+        print(json.dumps(pair), flush=True)
+        pairs.append(pair)
+    ratios = [p["ratio"] for p in pairs if p["ratio"] is not None]
+    summary: dict[str, Any] = {
+        "mode": args.mode,
+        "command": " ".join(["python bench/nanogpt.py", *sys.argv[1:]]),
+        "machine": machine(),
+        "data": data,
+        "ratio": spread(ratios),
+        "load": [p["load"] for p in pairs],
+        "work": str(work),
+    }
+    if args.mode == "throughput":
+        for side in ("nanogpt", "engine"):
+            summary[f"{side}_tokens_per_s"] = spread([p[side]["tokens_per_s"] for p in pairs], 0)
+        for side in ("nanogpt", "engine"):
+            summary[f"{side}_mfu"] = spread([p[side].get("mfu") or 0 for p in pairs], 4)
+        summary["peak_tflops"] = spread([p["engine"]["peak_tflops"] or 0 for p in pairs], 3)
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""bench/nanogpt.py's plumbing on a stand-in for nanoGPT: a train.py that reads the data the
+bench prepared (as nanoGPT's get_batch does) and prints nanoGPT's own line formats, against a
+tiny real engine run. The figures are not checked (no timing in tests), only that both sides
+are read, paired and summarised, and that the prepared data is tuitrain's text."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuitrain.engine.data.text import load_text
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# nanoGPT's configurator takes --key=value; the stand-in reads max_iters and the dataset,
+# checks the data is the text's (meta.pkl decodes train.bin + val.bin), and prints what
+# nanoGPT prints: "iter N: loss L, time Tms, mfu M%" and "step N: train loss A, val loss B".
+STAND_IN = """
+import hashlib, pickle, sys
+import numpy as np
+args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
+steps, data = int(args["max_iters"]), "data/" + args["dataset"]
+meta = pickle.load(open(data + "/meta.pkl", "rb"))
+ids = np.concatenate([np.fromfile(data + f"/{s}.bin", dtype=np.uint16) for s in ("train", "val")])
+text = "".join(meta["itos"][int(i)] for i in ids)
+print("text", len(text), hashlib.sha256(text.encode()).hexdigest())
+for it in range(steps + 1):
+    if it % 5 == 0:
+        print(f"step {it}: train loss 4.0000, val loss {4.0 / (1 + it / 100):.4f}")
+    print(f"iter {it}: loss 3.9000, time {10.0 + it % 3:.2f}ms, mfu -100.00%")
+"""
+
+TINY = [
+    "model.layers=1", "model.width=32", "model.heads=2", "data.context=32",
+    "data.batch_size=8", "data.val_samples=16",
+]  # fmt: skip
+
+
+def bench(tmp_path: Path, *args: str) -> list[dict]:
+    nanogpt = tmp_path / "nanogpt"
+    (nanogpt / "config").mkdir(parents=True, exist_ok=True)
+    (nanogpt / "train.py").write_text(STAND_IN)
+    (nanogpt / "config" / "train_shakespeare_char.py").write_text("")
+    sets = [x for s in TINY for x in ("--set", s)]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "nanogpt.py"), "--nanogpt", str(nanogpt),
+         *args, *sets, "--work", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+@pytest.mark.slow
+def test_throughput_pairs_both_sides(tmp_path: Path) -> None:
+    *pairs, summary = bench(tmp_path, "throughput", "--pairs", "2", "--steps", "60")
+    assert [p["order"] for p in pairs] == [["nanogpt", "engine"], ["engine", "nanogpt"]]
+    for pair in pairs:
+        # the stand-in's 10-12 ms a step, windows after the first two: 4,096 tokens a step
+        assert 4096 / 0.0125 < pair["nanogpt"]["tokens_per_s"] < 4096 / 0.0095
+        assert pair["engine"]["tokens_per_s"] > 0 and pair["engine"]["peak_tflops"] > 0
+        assert pair["engine"]["mfu"] > 0 and pair["nanogpt"]["mfu"] > 0
+        assert pair["ratio"] == pair["engine"]["tokens_per_s"] / pair["nanogpt"]["tokens_per_s"]
+    assert summary["ratio"]["n"] == 2 and summary["data"]["vocab"] == 67
+    log = (tmp_path / "work" / "np-throughput-0.log").read_text()
+    digest = hashlib.sha256(load_text().encode()).hexdigest()
+    assert f"text {summary['data']['characters']} {digest}" in log  # the text itself, decoded
+
+
+@pytest.mark.slow
+def test_quality_finds_the_engine_eval_at_or_below_nanogpts_last(tmp_path: Path) -> None:
+    # the stand-in's last val loss: 4 / 21 = 0.1905 (far below anything real): no hit
+    *pairs, summary = bench(
+        tmp_path, "quality", "--pairs", "1", "--preset", "charlm-mini",
+        "--set", "train.max_steps=20", "--set", "train.eval_every=10",
+    )  # fmt: skip
+    [pair] = pairs
+    assert pair["nanogpt"]["V"] == 0.1905 and pair["nanogpt"]["at_step"] == 2000
+    assert 0 < pair["nanogpt"]["T_s"] <= pair["nanogpt"]["wall_s"]
+    evals = pair["engine"]["evals"]
+    assert [step for _, step, _ in evals] == [10, 20]
+    assert all(0 < t <= pair["engine"]["wall_s"] for t, _, _ in evals)
+    assert pair["engine"]["hit"] is None and pair["ratio"] is None
+    assert summary["ratio"]["n"] == 0
