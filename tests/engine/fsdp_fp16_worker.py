@@ -6,6 +6,7 @@ line of JSON per rank."""
 from __future__ import annotations
 
 import json
+import os
 
 import torch
 import torch.distributed as dist
@@ -48,7 +49,8 @@ def main() -> None:
     precision = make_precision("fp16", torch.device("cpu"), sharded=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     results = [step(model, strategy, precision, optimizer, poison) for poison in (True, False)]
-    print("RESULT " + json.dumps({"rank": dist.get_rank(), "steps": results}), flush=True)
+    line = "RESULT " + json.dumps({"rank": dist.get_rank(), "steps": results}) + "\n"
+    os.write(1, line.encode())  # one write of < PIPE_BUF: the two ranks' lines never interleave
     dist.barrier()
     dist.destroy_process_group()
 
