@@ -74,6 +74,7 @@ from tuitrain.metrics.records import (
     MAX_HEADER_BYTES,
     MAX_RECORD_BYTES,
     STEP_MAX,
+    add_rank_lists,
     add_telemetry,
     alert_event,
     end_record,
@@ -761,7 +762,7 @@ class Run:
             with contextlib.suppress(Exception):  # the other ranks' figures are a bonus too
                 lists = self._ranks.lists(newest["step"], newest)
                 if lists is not None:
-                    newest.update(lists)
+                    add_rank_lists(newest, lists)
         return out
 
     def _gather_ranks(self, pointer: Path) -> None:

@@ -311,6 +311,14 @@ def add_telemetry(record: dict[str, Any], telemetry: Mapping[str, Any]) -> None:
     record.update(telemetry)
 
 
+def add_rank_lists(record: dict[str, Any], lists: Mapping[str, Sequence[float]]) -> None:
+    """A script's per-rank lists (`rank_step_time_s`, `rank_host_rss_bytes` ...: the other
+    ranks' figures the client reads at a flush, NaN for a rank that has not reported), added
+    to rank 0's newest train record."""
+    _refuse("per-rank", set(lists) - PER_RANK_FIELDS)
+    record.update((name, list(values)) for name, values in lists.items())
+
+
 def rank_merge_fields(
     record: Mapping[str, Any], metric_names: Sequence[str] = ()
 ) -> dict[str, str]:
