@@ -172,18 +172,17 @@ def timed_fsdp_comms(clock: CommClock) -> tuple[Any, Any]:
         DefaultReduceScatter,
     )
 
-    class TimedAllGather(DefaultAllGather):
-        def __call__(self, *args: Any, **kwargs: Any) -> dist.Work | None:
-            span = clock.begin()
-            work = super().__call__(*args, **kwargs)
-            clock.finish(span, work)
-            return work
+    def timed(base: type) -> Any:
+        """An instance of FSDP's comm class `base` whose every call is a span."""
 
-    class TimedReduceScatter(DefaultReduceScatter):
-        def __call__(self, *args: Any, **kwargs: Any) -> dist.Work | None:
-            span = clock.begin()
-            work = super().__call__(*args, **kwargs)
-            clock.finish(span, work)
-            return work
+        class Timed(base):  # type: ignore[valid-type,misc]
+            def __call__(self, *args: Any, **kwargs: Any) -> dist.Work | None:
+                span = clock.begin()
+                work = super().__call__(*args, **kwargs)
+                clock.finish(span, work)
+                return work
 
-    return TimedAllGather(), TimedReduceScatter()
+        Timed.__name__ = f"Timed{base.__name__.removeprefix('Default')}"
+        return Timed()
+
+    return timed(DefaultAllGather), timed(DefaultReduceScatter)
