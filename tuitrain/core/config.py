@@ -157,6 +157,12 @@ class TrainConfig:
         max=0.99,
     )
     tf32: bool = _f(True, "Allow TF32 matmuls and convolutions on Ampere and newer.")
+    host_malloc: Literal["retain", "system"] = _f(
+        "retain",
+        "Host allocator: retain = glibc keeps freed memory (tensors up to 32 MiB from its heap, "
+        "1 GiB trim threshold; no page faults a step, resident memory stays at its peak); "
+        "system = the C library's defaults. Process-wide; glibc only.",
+    )
     seed: int = _f(0, "Seed for weights, dropout and batch order.", min=0, max=2**32 - 1)
     log_every: int = _f(20, "Optimizer steps between log points (the only host syncs).", min=1)
     profile_steps: int = _f(0, "Profile this many steps with torch.profiler (0 = off).", min=0)

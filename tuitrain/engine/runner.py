@@ -72,6 +72,7 @@ def engine_header(
         # fp32 matmuls/convolutions as TF32 (Ampere+ CUDA with train.tf32): not full fp32
         tf32=tf32_active(parts.device),
         compile=parts.compiled,
+        host_malloc=parts.host_malloc,  # retain | system (engine/hostmem.py)
         world_size=dist.world_size,
         torch=torch.__version__,
         tuitrain=tuitrain.__version__,

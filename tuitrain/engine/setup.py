@@ -28,6 +28,7 @@ from tuitrain.engine.flops import (
     per_sample,
     table_peak,
 )
+from tuitrain.engine.hostmem import set_host_malloc
 from tuitrain.engine.models.build import build_model
 from tuitrain.engine.precision import Precision, make_precision
 from tuitrain.engine.strategy import Strategy, make_strategy, sharded_gradients
@@ -63,6 +64,7 @@ class RunParts:
     train_metrics: tuple[str, ...] = ()  # the task's own train metrics, in record order
     flops_per_sample: float | None = None  # forward + backward, counted once (engine/flops.py)
     peak: Peak = Peak(None, "not looked up")  # what MFU divides by
+    host_malloc: str = "system"  # the host allocator in effect (engine/hostmem.py)
 
 
 def seed_everything(seed: int) -> None:
@@ -150,6 +152,7 @@ def want_compile(cfg: Config, device: torch.device) -> bool:
 
 
 def build_parts(cfg: Config, dist: DistInfo) -> RunParts:
+    host_malloc = set_host_malloc(cfg.train.host_malloc)  # before the run allocates
     device = resolve_device(cfg.train.device, dist.local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -200,6 +203,7 @@ def build_parts(cfg: Config, dist: DistInfo) -> RunParts:
         strategy=strategy,
         flops_per_sample=flops,
         peak=run_peak(cfg, device, precision.name),
+        host_malloc=host_malloc,
     )
 
 

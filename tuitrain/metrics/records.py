@@ -70,6 +70,7 @@ HEADER_FIELDS = (
     "precision",
     "tf32",
     "compile",
+    "host_malloc",
     "world_size",
     "torch",
     "tuitrain",

@@ -1,0 +1,69 @@
+"""The host allocator, set for training: glibc's malloc keeps the memory a step frees.
+
+A training step allocates and frees the same tensors every step. With glibc's defaults a tensor
+over the mmap threshold (128 KiB, rising to what was last freed) is mapped and unmapped each
+time, and freed memory above the trim threshold goes back to the kernel: the next step takes it
+again one page fault at a time, each page zeroed. charlm-mini on a 2-core CPU took 3,000-5,000
+page faults a step (about 15% of its step time, BENCHMARKS.md § Performance against nanoGPT);
+with `retain`, none after the first steps. What `retain` sets is what glibc's own dynamic
+threshold would reach at most (32 MiB, its ceiling), from the start, and a trim threshold of
+1 GiB: freed memory stays in the process, so its resident size stays at its peak (what
+PyTorch's CUDA caching allocator does for the GPU). `system` leaves the C library's defaults.
+
+Process-wide: the first run of a process sets it, a later run asking for `system` puts glibc's
+static defaults back (its dynamic threshold cannot be restored). Not glibc (musl, macOS,
+Windows): nothing is set and the run reports `system`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+import threading
+
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "glibc", "set_host_malloc"]
+
+M_TRIM_THRESHOLD = -1  # glibc's <malloc.h>
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 32 << 20  # glibc's ceiling for it (HEAP_MAX_SIZE / 2 on 64-bit)
+TRIM_THRESHOLD = 1 << 30
+DEFAULT_THRESHOLD = 128 << 10  # glibc's static default for both
+
+_lock = threading.Lock()
+_state = "system"  # what this process's malloc is set to now
+
+
+def glibc() -> ctypes.CDLL | None:
+    """This process's C library when it is glibc (the one whose mallopt this knows), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        version = libc.gnu_get_libc_version  # glibc only: musl has no such symbol
+    except (OSError, AttributeError):
+        return None
+    version.restype = ctypes.c_char_p
+    return libc if version() else None
+
+
+def set_host_malloc(mode: str) -> str:
+    """Set the process's malloc for `mode` ("retain" or "system"); returns what is in effect."""
+    global _state
+    if mode not in ("retain", "system"):
+        raise ValueError(f"host_malloc must be retain or system, not {mode!r}")
+    with _lock:
+        if mode == _state:
+            return _state
+        libc = glibc()
+        if libc is None:
+            return _state  # "system": nothing to set
+        mmap, trim = (
+            (MMAP_THRESHOLD, TRIM_THRESHOLD)
+            if mode == "retain"
+            else (DEFAULT_THRESHOLD, DEFAULT_THRESHOLD)
+        )
+        # mallopt returns 1 on success; a value it refuses leaves the setting as it was
+        if libc.mallopt(M_MMAP_THRESHOLD, mmap) and libc.mallopt(M_TRIM_THRESHOLD, trim):
+            _state = mode
+        return _state
