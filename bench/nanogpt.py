@@ -2,6 +2,7 @@
 
     python bench/nanogpt.py --nanogpt DIR throughput --pairs 4 --steps 200
     python bench/nanogpt.py --nanogpt DIR quality --pairs 2 --preset charlm-fast
+    python bench/nanogpt.py --nanogpt DIR watched --pairs 4 --steps 200
 
 DIR is a checkout of karpathy/nanoGPT (train.py, model.py, configurator.py). Its
 data/tuitrain_char/ gets tuitrain's text encoded as the charlm task encodes it: the sorted set
@@ -21,6 +22,15 @@ iterations, no dropout, 20 eval batches), V = its last val loss, T = seconds fro
 to the line that prints it; the engine's preset: seconds from its launch to the line of its
 first evaluation at or below V. Both sides' lines are stamped by this script as it reads them.
 
+watched: nanoGPT's throughput run alone against the same run under `tuitrain run` with its
+dashboard attached, in a real terminal (a detached tmux session on a private socket, 160x48):
+nanoGPT's own per-iteration times on both sides, read from its output (tuitrain run keeps it in
+RUN_DIR/output.log). The ratio is watched / alone.
+
+--np-env KEY=VALUE sets a variable of nanoGPT's process only (e.g. glibc's
+MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_, what train.host_malloc=retain sets in the
+engine's process).
+
 Pairs alternate their order; each pair prints one JSON line (progress on stderr), and a
 summary is the last line.
 """
@@ -32,6 +42,7 @@ import json
 import os
 import pickle
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -55,6 +66,7 @@ BABY = [  # nanoGPT README, "I only have a macbook": the CPU recipe, on the ship
 ITER = re.compile(r"iter (\d+): loss [-\d.naif]+, time ([\d.]+)ms")
 EVAL = re.compile(r"step (\d+): train loss [\d.]+, val loss ([\d.]+)")
 ENGINE_EVAL = re.compile(r"eval\s+step (\d+)")
+SOCKET = f"tuitrain-nanogpt-{os.getpid()}"  # a private tmux server (watched)
 
 
 def prepare(nanogpt: Path) -> dict[str, int]:
@@ -81,10 +93,12 @@ def prepare(nanogpt: Path) -> dict[str, int]:
     return {"characters": len(ids), "vocab": len(vocab), "train": cut, "val": len(ids) - cut}
 
 
-def stamped(cmd: list[str], cwd: Path, log: Path) -> tuple[list[tuple[float, str]], float]:
+def stamped(
+    cmd: list[str], cwd: Path, log: Path, extra_env: dict[str, str] | None = None
+) -> tuple[list[tuple[float, str]], float]:
     """Run `cmd`; every output line with the seconds since launch when it was read."""
     t0 = time.perf_counter()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     proc = subprocess.Popen(
         cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
@@ -96,6 +110,21 @@ def stamped(cmd: list[str], cwd: Path, log: Path) -> tuple[list[tuple[float, str
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}; its output: {log}")
     return lines, wall
+
+
+def iter_rate(lines: list[str]) -> dict[str, float]:
+    """tokens/s and ms a step from nanoGPT's `iter N: loss L, time T ms` lines."""
+    step_s = {int(m.group(1)): float(m.group(2)) / 1e3 for x in lines if (m := ITER.match(x))}
+    per_step = window_medians(step_s)
+    return {"tokens_per_s": 32 * 128 / per_step, "step_ms": per_step * 1e3}
+
+
+def ended(run_dir: Path) -> bool:
+    """The watched run has its end record."""
+    try:
+        return '"type": "end"' in (run_dir / "metrics.jsonl").read_text()
+    except OSError:
+        return False
 
 
 def window_medians(step_s: dict[int, float]) -> float:
@@ -114,10 +143,11 @@ class Bench:
     def __init__(self, args: argparse.Namespace, work: Path) -> None:
         self.args, self.work = args, work
         self.python = args.python or sys.executable
+        self.np_env = dict(kv.split("=", 1) for kv in args.np_env)
 
-    def nanogpt_throughput(self, i: int) -> dict[str, Any]:
+    def nanogpt_throughput_cmd(self) -> list[str]:
         a = self.args
-        cmd = [
+        return [
             self.python, "train.py", f"--dataset={DATASET}", "--device=cpu", "--compile=False",
             "--dtype=float32", "--block_size=128", "--batch_size=32", *SAME_SHAPE,
             f"--max_iters={a.steps}", "--eval_interval=1000000", "--eval_iters=1",
@@ -126,12 +156,41 @@ class Bench:
             "--warmup_iters=100", f"--lr_decay_iters={a.steps}", "--min_lr=3e-4",
             f"--out_dir={self.work / 'np-out'}", *a.np_arg,
         ]  # fmt: skip
-        lines, wall = stamped(cmd, a.nanogpt, self.work / f"np-throughput-{i}.log")
-        step_s = {
-            int(m.group(1)): float(m.group(2)) / 1e3 for _, x in lines if (m := ITER.match(x))
-        }
-        per_step = window_medians(step_s)
-        return {"tokens_per_s": 32 * 128 / per_step, "step_ms": per_step * 1e3, "wall_s": wall}
+
+    def nanogpt_throughput(self, i: int) -> dict[str, Any]:
+        cmd = self.nanogpt_throughput_cmd()
+        log = self.work / f"np-throughput-{i}.log"
+        lines, wall = stamped(cmd, self.args.nanogpt, log, self.np_env)
+        return {**iter_rate([x for _, x in lines]), "wall_s": wall}
+
+    def watched_throughput(self, i: int) -> dict[str, Any]:
+        """nanoGPT under `tuitrain run` with the dashboard, in a detached tmux session."""
+        run_dir = self.work / f"watched-{i}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        inner = [
+            *(f"{k}={v}" for k, v in self.np_env.items()), self.python, "-m", "tuitrain", "run",
+            "--run-dir", str(run_dir), "--", *self.nanogpt_throughput_cmd(),
+        ]  # fmt: skip
+        session = f"np{i}"
+        tmux = ["tmux", "-L", SOCKET]
+        started = time.monotonic()
+        subprocess.run(
+            [*tmux, "new-session", "-d", "-s", session, "-x", "160", "-y", "48",
+             "-c", str(self.args.nanogpt), "env " + " ".join(shlex.quote(a) for a in inner)],
+            check=True,
+        )  # fmt: skip
+        output = run_dir / "output.log"
+        # tuitrain run ends when the script does, with the dashboard left up: q once it is done
+        while time.monotonic() - started < 1800:
+            time.sleep(1)
+            if subprocess.run([*tmux, "has-session", "-t", session]).returncode != 0:
+                break
+            text = output.read_text(errors="replace") if output.exists() else ""
+            if f"iter {self.args.steps}:" in text or "iter " in text and ended(run_dir):
+                subprocess.run([*tmux, "send-keys", "-t", session, "q"])
+        subprocess.run([*tmux, "kill-session", "-t", session], capture_output=True)
+        wall = time.monotonic() - started
+        return {**iter_rate(output.read_text(errors="replace").splitlines()), "wall_s": wall}
 
     def engine(self, i: int, preset: str, extra: list[str], tag: str) -> tuple[Any, ...]:
         run_dir = self.work / f"engine-{tag}-{i}"
@@ -198,12 +257,15 @@ def load() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nanogpt", type=Path, required=True, help="a nanoGPT checkout")
-    parser.add_argument("mode", choices=["prepare", "throughput", "quality"])
+    parser.add_argument("mode", choices=["prepare", "throughput", "quality", "watched"])
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=200, help="throughput: steps a run")
     parser.add_argument("--preset", default="charlm-fast", help="quality: the engine's preset")
     parser.add_argument("--set", action="append", default=[], help="engine override")
     parser.add_argument("--np-arg", action="append", default=[], help="nanoGPT argument")
+    parser.add_argument(
+        "--np-env", action="append", default=[], help="KEY=VALUE for nanoGPT's process"
+    )
     parser.add_argument("--python", help="the interpreter of both sides (default: this one)")
     parser.add_argument("--work", type=Path, help="logs and run dirs (default: a temp dir)")
     args = parser.parse_args()
@@ -217,18 +279,19 @@ def main() -> None:
     pairs: list[dict[str, Any]] = []
     for i in range(args.pairs):
         before = load()
-        order = ("nanogpt", "engine") if i % 2 == 0 else ("engine", "nanogpt")
+        other = "watched" if args.mode == "watched" else "engine"
+        order = ("nanogpt", other) if i % 2 == 0 else (other, "nanogpt")
         pair: dict[str, Any] = {"pair": i, "order": order}
         for side in order:
-            if args.mode == "throughput":
-                pair[side] = getattr(bench, f"{side}_throughput")(i)
-            else:
-                pair[side] = getattr(bench, f"{side}_quality")(i)
+            kind = "quality" if args.mode == "quality" else "throughput"
+            pair[side] = getattr(bench, f"{side}_{kind}")(i)
         if args.mode == "quality":  # the target is known once nanoGPT has run: judged after
             target, evals = pair["nanogpt"]["V"], pair["engine"]["evals"]
             hit = next(((t, s, v) for t, s, v in evals if t is not None and v <= target), None)
             pair["engine"]["hit"] = hit
             pair["ratio"] = hit[0] / pair["nanogpt"]["T_s"] if hit else None
+        elif args.mode == "watched":
+            pair["ratio"] = pair["watched"]["tokens_per_s"] / pair["nanogpt"]["tokens_per_s"]
         else:
             engine, nanogpt = pair["engine"], pair["nanogpt"]
             pair["ratio"] = engine["tokens_per_s"] / nanogpt["tokens_per_s"]
@@ -248,6 +311,9 @@ def main() -> None:
         "load": [p["load"] for p in pairs],
         "work": str(work),
     }
+    if args.mode == "watched":
+        for side in ("nanogpt", "watched"):
+            summary[f"{side}_tokens_per_s"] = spread([p[side]["tokens_per_s"] for p in pairs], 0)
     if args.mode == "throughput":
         for side in ("nanogpt", "engine"):
             summary[f"{side}_tokens_per_s"] = spread([p[side]["tokens_per_s"] for p in pairs], 0)
