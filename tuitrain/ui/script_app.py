@@ -25,7 +25,10 @@ if TYPE_CHECKING:
     from tuitrain.client.parent import Script
 
 QUEUE_MAX = MAX_OUTPUT_LINES  # more lines than the pane keeps would never be seen
-DRAIN_MAX = 250  # lines written to the pane per tick (5 ticks a second) ...
+# The pane takes new lines twice a second: each take repaints it (a few ms of the UI thread
+# on a small VM, CPU that a watched script's training threads lose on a 2-core machine).
+DRAIN_INTERVAL_S = 0.5
+DRAIN_MAX = 250  # lines written to the pane per tick ...
 DRAIN_CHARS = 64_000  # ... and characters (Textual wraps ~1 µs a character: ~60 ms a tick)
 
 
@@ -103,7 +106,7 @@ class ScriptApp(TuitrainApp):
         self.mount(self.output_log, before=self.footer)
         self.screen.add_class("-has-output")  # the compact layout leaves it room
         self.follower.start()
-        self.set_interval(0.2, self.drain)
+        self.set_interval(DRAIN_INTERVAL_S, self.drain)
         self.set_interval(0.5, self.watch_script)
         self.set_interval(2.0, self.sample_tree)
 

@@ -81,6 +81,21 @@ def eval_line(rec: Record, header: Record | None = None) -> str:
     return f"{eval_label(rec)}: {' · '.join(parts)}"
 
 
+def started_line(header: Record) -> str:
+    """The event log's first line: what started where (a script's device and run dir only
+    once known: tuitrain run's header for a script that has not called init has neither)."""
+    if is_script_run(header):  # a script: no preset, no precision of its own
+        name, device = header.get("preset"), header.get("device")
+        started = f"run started: {name} (a script)" + (f" on {device}" if device else "")
+    else:
+        started = (
+            f"run started: preset {header.get('preset')} on {header.get('device')} "
+            f"({precision_label(header)})"
+        )
+    run_dir = header.get("run_dir")
+    return started + (f", run dir {run_dir}" if run_dir else "")
+
+
 class EventLog(RichLog):
     """Append-only, auto-scrolling log of the run's notable moments."""
 
@@ -127,15 +142,7 @@ class EventLog(RichLog):
         if snap.header is not None and snap.header is not self._seen_header:
             self._seen_header = snap.header
             header = snap.header
-            if is_script_run(header):  # a script: no preset, no precision of its own
-                name, device = header.get("preset"), header.get("device")
-                started = f"run started: {name} (a script) on {device}"
-            else:
-                started = (
-                    f"run started: preset {header.get('preset')} on {header.get('device')} "
-                    f"({precision_label(header)})"
-                )
-            self.add(None, f"{started}, run dir {header.get('run_dir')}")
+            self.add(None, started_line(header))
         new = []
         for rec in ordered_records(snap):
             seq = rec.get(SEQ_KEY)
