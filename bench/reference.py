@@ -19,6 +19,15 @@ commit) as one more interleaved variant, `engine_before`, with the ratio engine/
 `--workers` with no value leaves the baselines out:
 
     python bench/reference.py --workers --before-tree /tmp/old --repeats 8
+
+`--lightning N` adds bf16 on both sides: `engine_bf16` (`--preset fashion-bf16`, the same
+Adam-equivalent settings) against `lightning_bf16`, a LightningModule over the same CNN, loss
+and Adam, trained by `lightning.Trainer(precision="bf16-mixed")` on the CPU from the article's
+DataLoader with N workers (`self.log` of the loss every step, as Lightning's examples do; no
+progress bar, logger, checkpoint or model summary: the leanest Trainer). Lightning's side is
+timed by a callback, from the end of batch `--warmup` - 1 to the end of the last:
+
+    python bench/reference.py --workers --lightning 2 --repeats 6
 """
 
 from __future__ import annotations
@@ -109,6 +118,54 @@ def baseline(root: str, workers: int, warmup: int, steps: int, seed: int) -> dic
     return {"samples_per_s": steps * 256 / wall, "data_wait_frac": wait / wall, "wall_s": wall}
 
 
+def lightning(root: str, workers: int, warmup: int, steps: int, seed: int) -> dict[str, Any]:
+    """Lightning's Trainer with bf16-mixed on the same CNN; times `steps` steps after `warmup`."""
+    import lightning as L
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader
+    from torchvision import datasets, transforms
+
+    from tuitrain.engine.models.vision import FashionCNN
+
+    L.seed_everything(seed, verbose=False)
+    transform = transforms.Compose(
+        [transforms.ToTensor(), transforms.Normalize((0.2860,), (0.3530,))]
+    )
+    dataset = datasets.FashionMNIST(root, train=True, download=False, transform=transform)
+    loader = DataLoader(dataset, batch_size=256, shuffle=True, num_workers=workers)
+
+    class Module(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = FashionCNN()
+            self.criterion = nn.CrossEntropyLoss()
+
+        def training_step(self, batch: Any, _: int) -> torch.Tensor:
+            inputs, labels = batch
+            loss = self.criterion(self.model(inputs), labels)
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+    marks: dict[int, float] = {}
+
+    class Clock(L.Callback):
+        def on_train_batch_end(self, *_: Any) -> None:
+            marks[len(marks)] = time.perf_counter()
+
+    trainer = L.Trainer(
+        accelerator="cpu", devices=1, precision="bf16-mixed", max_steps=warmup + steps,
+        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, callbacks=[Clock()],
+    )  # fmt: skip
+    trainer.fit(Module(), loader)
+    wall = marks[warmup + steps - 1] - marks[warmup - 1]
+    return {"samples_per_s": steps * 256 / wall, "wall_s": wall}  # its data wait: not timed
+
+
 ENGINE_OVERRIDES = [
     "optim.lr=1e-3",
     "optim.weight_decay=0",  # AdamW with no decay is Adam
@@ -118,15 +175,17 @@ ENGINE_OVERRIDES = [
 ]
 
 
-def engine(warmup: int, steps: int, seed: int, data_dir: str, tree: str = "") -> dict[str, Any]:
-    """`tuitrain --no-ui --preset fashion-fp32` in a subprocess; figures from metrics.jsonl.
+def engine(
+    warmup: int, steps: int, seed: int, data_dir: str, tree: str = "", preset: str = "fashion-fp32"
+) -> dict[str, Any]:
+    """`tuitrain --no-ui --preset PRESET` in a subprocess; figures from metrics.jsonl.
 
     `tree`: run the tuitrain of that checkout instead of the installed one."""
     import os
     import subprocess
 
     with tempfile.TemporaryDirectory(prefix="tuitrain-bench-") as tmp:
-        cmd = [sys.executable, "-m", "tuitrain", "--no-ui", "--preset", "fashion-fp32"]
+        cmd = [sys.executable, "-m", "tuitrain", "--no-ui", "--preset", preset]
         for item in [*ENGINE_OVERRIDES, f"train.log_every={warmup}"]:
             cmd += ["--set", item]
         cmd += ["--max-steps", str(warmup + steps), "--seed", str(seed), "--run-dir", tmp]
@@ -147,7 +206,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="*", default=[4, 2])
     parser.add_argument("--before-tree", default="", help="also run this checkout's engine")
     parser.add_argument("--data-dir", default=str(FASHION_SYSTEM_DIR))
-    parser.add_argument("--child", choices=["baseline", "engine"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--lightning", type=int, metavar="N", help="also bf16: engine against Lightning, N workers"
+    )
+    parser.add_argument("--preset", default="fashion-fp32", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", choices=["baseline", "engine", "lightning"], help=argparse.SUPPRESS
+    )
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--tree", default="", help=argparse.SUPPRESS)
@@ -157,8 +222,13 @@ def main() -> None:
     if args.child == "baseline":
         print(json.dumps(baseline(args.root, args.workers[0], args.warmup, args.steps, args.seed)))
         return
+    if args.child == "lightning":
+        out = lightning(args.root, args.workers[0], args.warmup, args.steps, args.seed)
+        print(json.dumps(out))
+        return
     if args.child == "engine":
-        print(json.dumps(engine(args.warmup, args.steps, args.seed, args.data_dir, args.tree)))
+        out = engine(args.warmup, args.steps, args.seed, args.data_dir, args.tree, args.preset)
+        print(json.dumps(out))
         return
 
     me = [sys.executable, __file__, "--steps", str(args.steps), "--warmup", str(args.warmup)]
@@ -171,15 +241,19 @@ def main() -> None:
         if args.before_tree:
             before = str(Path(args.before_tree).resolve())
             variants["engine_before"] = [*variants["engine"], "--tree", before]
+        if args.lightning is not None:
+            variants["engine_bf16"] = [*variants["engine"], "--preset", "fashion-bf16"]
+            variants["lightning_bf16"] = ["--child", "lightning", "--workers", str(args.lightning)]
         results: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
         for r in range(args.repeats):
             order = list(variants) if r % 2 == 0 else list(reversed(variants))
             for name in order:
                 out = run_json([*me, *variants[name], "--root", str(root), "--seed", str(r)])
                 results[name].append(out)
+                wait = out.get("data_wait_frac")
                 note(
-                    f"repeat {r} {name}: {out['samples_per_s']:.0f} samples/s, "
-                    f"data wait {100 * out['data_wait_frac']:.1f}%"
+                    f"repeat {r} {name}: {out['samples_per_s']:.0f} samples/s"
+                    + (f", data wait {100 * wait:.1f}%" if wait is not None else "")
                 )
 
     summary: dict[str, Any] = {
@@ -191,16 +265,21 @@ def main() -> None:
         "goal": "ratio >= 1.15 and engine data wait < 2%",
     }
     for name, runs in results.items():
-        summary[name] = {
-            "samples_per_s": spread([o["samples_per_s"] for o in runs], 1),
-            "data_wait_pct": spread([100 * o["data_wait_frac"] for o in runs], 2),
-        }
+        summary[name] = {"samples_per_s": spread([o["samples_per_s"] for o in runs], 1)}
+        if all("data_wait_frac" in o for o in runs):
+            summary[name]["data_wait_pct"] = spread([100 * o["data_wait_frac"] for o in runs], 2)
     for w in args.workers:
         ratios = [
             e["samples_per_s"] / b["samples_per_s"]
             for e, b in zip(results["engine"], results[f"baseline_nw{w}"], strict=True)
         ]
         summary[f"ratio_engine_over_baseline_nw{w}"] = spread(ratios)
+    if args.lightning is not None:
+        ratios = [
+            e["samples_per_s"] / b["samples_per_s"]
+            for e, b in zip(results["engine_bf16"], results["lightning_bf16"], strict=True)
+        ]
+        summary["ratio_engine_bf16_over_lightning_bf16"] = spread(ratios)
     if args.before_tree:
         summary["before_tree"] = str(Path(args.before_tree).resolve())
         ratios = [
