@@ -27,6 +27,17 @@ dashboard attached, in a real terminal (a detached tmux session on a private soc
 nanoGPT's own per-iteration times on both sides, read from its output (tuitrain run keeps it in
 RUN_DIR/output.log). The ratio is watched / alone.
 
+paused: the same, measured within one run instead of across a pair (process pairs here swing by
+±10% with the VM's speed, more than the 2% to be seen): one `tuitrain run` over nanoGPT whose
+dashboard process is stopped (SIGSTOP) and continued (SIGCONT) in alternating windows of
+2.25-3.75 s, random lengths. nanoGPT runs through this script's `--stamp` wrapper, which
+stamps each line with CLOCK_MONOTONIC as it arrives (nanoGPT's output is unbuffered) into a side
+file; iteration k ran from stamp_k - time_k to stamp_k (its own `time`, the whole loop). Only
+iterations wholly inside one window count; the ratio is the mean iteration time with the
+dashboard stopped over the mean with it running, after the first 20 iterations. A stopped
+dashboard costs nothing (it takes no CPU, the tmux server has nothing to draw), so the ratio is
+what the dashboard takes from the script.
+
 --np-env KEY=VALUE sets a variable of nanoGPT's process only (e.g. glibc's
 MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_, what train.host_malloc=retain sets in the
 engine's process).
@@ -41,9 +52,11 @@ import argparse
 import json
 import os
 import pickle
+import random
 import re
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -192,6 +205,67 @@ class Bench:
         wall = time.monotonic() - started
         return {**iter_rate(output.read_text(errors="replace").splitlines()), "wall_s": wall}
 
+    def paused_windows(self, i: int) -> dict[str, Any]:
+        """One watched run, its dashboard stopped and continued in alternating windows."""
+        run_dir, stamps = self.work / f"paused-{i}", self.work / f"stamps-{i}.txt"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        stamps.unlink(missing_ok=True)
+        inner = [
+            self.python, "-m", "tuitrain", "run", "--run-dir", str(run_dir), "--",
+            self.python, str(Path(__file__).resolve()), "--nanogpt", str(self.args.nanogpt),
+            "--stamp-to", str(stamps), "stamp", "--", *self.nanogpt_throughput_cmd(),
+        ]  # fmt: skip
+        session, tmux = f"p{i}", ["tmux", "-L", SOCKET]
+        subprocess.run(
+            [*tmux, "new-session", "-d", "-s", session, "-x", "160", "-y", "48",
+             "-c", str(self.args.nanogpt), " ".join(shlex.quote(a) for a in inner)],
+            check=True,
+        )  # fmt: skip
+        pane = subprocess.run(
+            [*tmux, "display-message", "-p", "-t", session, "#{pane_pid}"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        dashboard = int(pane)  # the pane's process: tuitrain run, or a shell that started it
+        time.sleep(1)
+        if b"tuitrain" not in Path(f"/proc/{dashboard}/cmdline").read_bytes():
+            child = subprocess.run(["pgrep", "-P", str(dashboard)], capture_output=True, text=True)
+            dashboard = int(child.stdout.split()[0])
+        rng = random.Random(i)
+        windows: list[tuple[float, float, bool]] = []  # (start, end, dashboard running)
+        last = f"iter {self.args.steps}:"
+        running = True
+        while not (stamps.exists() and last in stamps.read_text()):
+            if subprocess.run([*tmux, "has-session", "-t", session]).returncode != 0:
+                break
+            start = time.monotonic()
+            os.kill(dashboard, signal.SIGCONT if running else signal.SIGSTOP)
+            time.sleep(rng.uniform(2.25, 3.75))
+            windows.append((start, time.monotonic(), running))
+            running = not running
+        os.kill(dashboard, signal.SIGCONT)
+        time.sleep(2)
+        subprocess.run([*tmux, "send-keys", "-t", session, "q"])
+        time.sleep(2)
+        subprocess.run([*tmux, "kill-session", "-t", session], capture_output=True)
+        per_state: dict[bool, list[float]] = {True: [], False: []}
+        for line in stamps.read_text().splitlines():
+            stamp, _, text = line.partition(" ")
+            m = ITER.match(text)
+            if not m or int(m.group(1)) < 20:
+                continue
+            end = float(stamp)
+            begin = end - float(m.group(2)) / 1e3
+            for w_start, w_end, state in windows:
+                if w_start <= begin and end <= w_end:
+                    per_state[state].append(end - begin)
+        on, off = per_state[True], per_state[False]
+        return {
+            "iters_running": len(on), "iters_stopped": len(off), "windows": len(windows),
+            "step_ms_running": 1e3 * statistics.fmean(on),
+            "step_ms_stopped": 1e3 * statistics.fmean(off),
+            "ratio": statistics.fmean(off) / statistics.fmean(on),
+        }  # fmt: skip
+
     def engine(self, i: int, preset: str, extra: list[str], tag: str) -> tuple[Any, ...]:
         run_dir = self.work / f"engine-{tag}-{i}"
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -250,6 +324,21 @@ class Bench:
         return {"wall_s": wall, "evals": evals}
 
 
+def stamp(command: list[str], to: Path) -> int:
+    """Run `command`, pass its output on and write each line with its arrival time to `to`."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)  # fmt: skip
+    assert proc.stdout is not None
+    with open(to, "w") as side:
+        for line in proc.stdout:
+            side.write(f"{time.monotonic():.6f} {line}")
+            side.flush()
+            sys.stdout.write(line)
+            sys.stdout.flush()
+    return proc.wait()
+
+
 def load() -> float:
     return round(os.getloadavg()[0], 2)
 
@@ -257,7 +346,11 @@ def load() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nanogpt", type=Path, required=True, help="a nanoGPT checkout")
-    parser.add_argument("mode", choices=["prepare", "throughput", "quality", "watched"])
+    parser.add_argument(
+        "mode", choices=["prepare", "throughput", "quality", "watched", "paused", "stamp"]
+    )
+    parser.add_argument("command", nargs="*", help="stamp: the command (after --)")
+    parser.add_argument("--stamp-to", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=200, help="throughput: steps a run")
     parser.add_argument("--preset", default="charlm-fast", help="quality: the engine's preset")
@@ -269,6 +362,8 @@ def main() -> None:
     parser.add_argument("--python", help="the interpreter of both sides (default: this one)")
     parser.add_argument("--work", type=Path, help="logs and run dirs (default: a temp dir)")
     args = parser.parse_args()
+    if args.mode == "stamp":
+        sys.exit(stamp(args.command, args.stamp_to))
     data = prepare(args.nanogpt)
     if args.mode == "prepare":
         print(json.dumps(data))
@@ -277,6 +372,20 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     bench = Bench(args, work)
     pairs: list[dict[str, Any]] = []
+    if args.mode == "paused":
+        runs = []
+        for i in range(args.pairs):
+            before = load()
+            out = {"run": i, **bench.paused_windows(i), "load": [before, load()]}
+            note(f"run {i}: ratio {out['ratio']:.4f}, load {out['load']}")
+            print(json.dumps(out), flush=True)
+            runs.append(out)
+        print(json.dumps({
+            "mode": "paused", "command": " ".join(["python bench/nanogpt.py", *sys.argv[1:]]),
+            "machine": machine(), "ratio": spread([r["ratio"] for r in runs], 4),
+            "load": [r["load"] for r in runs], "work": str(work),
+        }), flush=True)  # fmt: skip
+        return
     for i in range(args.pairs):
         before = load()
         other = "watched" if args.mode == "watched" else "engine"
