@@ -6,8 +6,9 @@ Baseline (article 003's loop): torchvision FashionMNIST with ToTensor + Normaliz
 DataLoader (batch 256, shuffle, num_workers=4, pin_memory=True as in the article; also
 num_workers=2, the core count here), the article's CNN (tuitrain.engine.models.vision.FashionCNN),
 Adam lr 1e-3, fp32, `loss.item()` and the accuracy count every step as the article does.
-Engine: `tuitrain --no-ui --preset fashion-fp32` at the article's batch of 256, with Adam-equivalent settings (AdamW with
-weight_decay=0, lr 1e-3, constant schedule, no warm-up), read from its metrics.jsonl.
+Engine: `tuitrain --no-ui --preset fashion-fp32` at the article's batch of 256, with
+Adam-equivalent settings (AdamW with weight_decay=0, lr 1e-3, constant schedule, no warm-up),
+read from its metrics.jsonl.
 
 Both sides skip a warm-up of --warmup steps (the engine's first log interval) and measure
 the next --steps. Each measurement is a fresh subprocess; the variants run interleaved and

@@ -87,3 +87,38 @@ def test_quality_finds_the_engine_eval_at_or_below_nanogpts_last(tmp_path: Path)
     assert all(0 < t <= pair["engine"]["wall_s"] for t, _, _ in evals)
     assert pair["engine"]["hit"] is None and pair["ratio"] is None
     assert summary["ratio"]["n"] == 0
+
+
+# For `paused`: a stand-in that takes the time it prints (50 ms an iteration), long enough for
+# a few of the bench's 2.25-3.75 s windows
+PACED = """
+import sys, time
+args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
+for it in range(int(args["max_iters"]) + 1):
+    t0 = time.perf_counter()
+    time.sleep(0.05)
+    print(f"iter {it}: loss 3.9000, time {1e3 * (time.perf_counter() - t0):.2f}ms, mfu -100.00%")
+"""
+
+
+@pytest.mark.slow
+def test_paused_reads_iterations_inside_dashboard_on_and_off_windows(tmp_path: Path) -> None:
+    nanogpt = tmp_path / "nanogpt"
+    nanogpt.mkdir()
+    (nanogpt / "train.py").write_text(PACED)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "nanogpt.py"), "--nanogpt", str(nanogpt),
+         "paused", "--pairs", "1", "--steps", "160", "--work", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run, summary = (json.loads(line) for line in proc.stdout.splitlines())
+    assert run["windows"] >= 2
+    # iterations wholly inside a window, after the first 20: some of each kind, none twice
+    assert run["iters_running"] > 0 and run["iters_stopped"] > 0
+    assert run["iters_running"] + run["iters_stopped"] <= 160 - 20 + 1
+    assert run["ratio"] == pytest.approx(run["step_ms_stopped"] / run["step_ms_running"])
+    assert summary["mode"] == "paused" and summary["ratio"]["n"] == 1
+    # the dashboard saw the script's lines: tuitrain run kept them in output.log
+    output = (tmp_path / "work" / "paused-0" / "output.log").read_text()
+    assert "iter 160:" in output
