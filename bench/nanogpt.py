@@ -34,11 +34,15 @@ dashboard process is stopped (SIGSTOP) and continued (SIGCONT) in alternating wi
 stamps each line with CLOCK_MONOTONIC as it arrives (nanoGPT's output is unbuffered) into a side
 file; iteration k ran from stamp_k - time_k to stamp_k (its own `time`, the whole loop). Only
 iterations wholly inside one window count; the ratio is the mean iteration time with the
-dashboard stopped over the mean with it running, after the first 20 iterations. A stopped
+dashboard stopped over the mean with it running, after the first 20 iterations. tuitrain run
+runs under the pane's shell, not as the pane's process (tmux continues a pane process that
+stops), and every stopped window is checked to be still stopped at its end (/proc state T):
+`stopped_windows_verified`. A stopped
 dashboard costs nothing (it takes no CPU, the tmux server has nothing to draw), so the ratio is
 what the dashboard takes from the script.
 
---np-env KEY=VALUE sets a variable of nanoGPT's process only (e.g. glibc's
+--np-env KEY=VALUE sets a variable of nanoGPT's side only (under watched and paused, of the
+`tuitrain run` that starts it too; e.g. glibc's
 MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_, what train.host_malloc=retain sets in the
 engine's process).
 
@@ -49,6 +53,7 @@ summary is the last line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pickle
@@ -132,6 +137,29 @@ def iter_rate(lines: list[str]) -> dict[str, float]:
     return {"tokens_per_s": 32 * 128 / per_step, "step_ms": per_step * 1e3}
 
 
+def process_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat (R, S, T: stopped, ...); "" when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def find_tuitrain_run(shell: int, wait_s: float = 20.0) -> int:
+    """The `python -m tuitrain run` process under the pane's shell (by its argv)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        kids = subprocess.run(["pgrep", "-P", str(shell)], capture_output=True, text=True)
+        for pid in map(int, kids.stdout.split()):
+            with contextlib.suppress(OSError):
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                at = argv.index(b"-m") if b"-m" in argv else -1
+                if at >= 0 and argv[at + 1 : at + 3] == [b"tuitrain", b"run"]:
+                    return pid
+        time.sleep(0.2)
+    raise RuntimeError(f"no `tuitrain run` under the pane's shell (pid {shell})")
+
+
 def ended(run_dir: Path) -> bool:
     """The watched run has its end record."""
     try:
@@ -185,7 +213,7 @@ class Bench:
             "--run-dir", str(run_dir), "--", *self.nanogpt_throughput_cmd(),
         ]  # fmt: skip
         session = f"np{i}"
-        tmux = ["tmux", "-L", SOCKET]
+        tmux = ["tmux", "-L", f"{SOCKET}-{i}"]  # a server a run: the last one is killed
         started = time.monotonic()
         subprocess.run(
             [*tmux, "new-session", "-d", "-s", session, "-x", "160", "-y", "48",
@@ -194,14 +222,15 @@ class Bench:
         )  # fmt: skip
         output = run_dir / "output.log"
         # tuitrain run ends when the script does, with the dashboard left up: q once it is done
-        while time.monotonic() - started < 1800:
-            time.sleep(1)
-            if subprocess.run([*tmux, "has-session", "-t", session]).returncode != 0:
-                break
-            text = output.read_text(errors="replace") if output.exists() else ""
-            if f"iter {self.args.steps}:" in text or "iter " in text and ended(run_dir):
-                subprocess.run([*tmux, "send-keys", "-t", session, "q"])
-        subprocess.run([*tmux, "kill-session", "-t", session], capture_output=True)
+        try:
+            while time.monotonic() - started < 1800:
+                time.sleep(1)
+                if subprocess.run([*tmux, "has-session", "-t", session]).returncode != 0:
+                    break
+                if ended(run_dir):
+                    subprocess.run([*tmux, "send-keys", "-t", session, "q"])
+        finally:
+            subprocess.run([*tmux, "kill-server"], capture_output=True)
         wall = time.monotonic() - started
         return {**iter_rate(output.read_text(errors="replace").splitlines()), "wall_s": wall}
 
@@ -211,42 +240,52 @@ class Bench:
         shutil.rmtree(run_dir, ignore_errors=True)
         stamps.unlink(missing_ok=True)
         inner = [
+            *(f"{k}={v}" for k, v in self.np_env.items()),
             self.python, "-m", "tuitrain", "run", "--run-dir", str(run_dir), "--",
             self.python, str(Path(__file__).resolve()), "--nanogpt", str(self.args.nanogpt),
             "--stamp-to", str(stamps), "stamp", "--", *self.nanogpt_throughput_cmd(),
         ]  # fmt: skip
-        session, tmux = f"p{i}", ["tmux", "-L", SOCKET]
+        session, tmux = f"p{i}", ["tmux", "-L", f"{SOCKET}-{i}"]  # a server a run
+        # tmux continues a pane's own process at once when it stops (server_child_stopped):
+        # tuitrain run must be the pane shell's child, not the pane process (no exec: `; exit`)
+        command = "env " + " ".join(shlex.quote(a) for a in inner) + "; exit $?"
         subprocess.run(
             [*tmux, "new-session", "-d", "-s", session, "-x", "160", "-y", "48",
-             "-c", str(self.args.nanogpt), " ".join(shlex.quote(a) for a in inner)],
+             "-c", str(self.args.nanogpt), command],
             check=True,
         )  # fmt: skip
-        pane = subprocess.run(
-            [*tmux, "display-message", "-p", "-t", session, "#{pane_pid}"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
-        dashboard = int(pane)  # the pane's process: tuitrain run, or a shell that started it
-        time.sleep(1)
-        if b"tuitrain" not in Path(f"/proc/{dashboard}/cmdline").read_bytes():
-            child = subprocess.run(["pgrep", "-P", str(dashboard)], capture_output=True, text=True)
-            dashboard = int(child.stdout.split()[0])
-        rng = random.Random(i)
         windows: list[tuple[float, float, bool]] = []  # (start, end, dashboard running)
-        last = f"iter {self.args.steps}:"
-        running = True
-        while not (stamps.exists() and last in stamps.read_text()):
-            if subprocess.run([*tmux, "has-session", "-t", session]).returncode != 0:
-                break
-            start = time.monotonic()
-            os.kill(dashboard, signal.SIGCONT if running else signal.SIGSTOP)
-            time.sleep(rng.uniform(2.25, 3.75))
-            windows.append((start, time.monotonic(), running))
-            running = not running
-        os.kill(dashboard, signal.SIGCONT)
-        time.sleep(2)
-        subprocess.run([*tmux, "send-keys", "-t", session, "q"])
-        time.sleep(2)
-        subprocess.run([*tmux, "kill-session", "-t", session], capture_output=True)
+        stopped_verified = 0
+        dashboard = None
+        try:
+            pane = subprocess.run(
+                [*tmux, "display-message", "-p", "-t", session, "#{pane_pid}"],
+                capture_output=True, text=True, check=True,
+            ).stdout.strip()  # fmt: skip
+            dashboard = find_tuitrain_run(int(pane))
+            rng = random.Random(i)
+            last = f"iter {self.args.steps}:"
+            running, deadline = True, time.monotonic() + 1800
+            while not (stamps.exists() and last in stamps.read_text()):
+                if ended(run_dir) or time.monotonic() > deadline:
+                    break  # the script is gone without its last line: no more windows
+                start = time.monotonic()
+                os.kill(dashboard, signal.SIGCONT if running else signal.SIGSTOP)
+                time.sleep(rng.uniform(2.25, 3.75))
+                if not running:  # still stopped at the window's end (nothing continued it)
+                    if process_state(dashboard) != "T":
+                        raise RuntimeError(f"the dashboard (pid {dashboard}) did not stay stopped")
+                    stopped_verified += 1
+                windows.append((start, time.monotonic(), running))
+                running = not running
+        finally:
+            if dashboard is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(dashboard, signal.SIGCONT)
+                time.sleep(2)
+                subprocess.run([*tmux, "send-keys", "-t", session, "q"], capture_output=True)
+                time.sleep(2)
+            subprocess.run([*tmux, "kill-server"], capture_output=True)
         per_state: dict[bool, list[float]] = {True: [], False: []}
         for line in stamps.read_text().splitlines():
             stamp, _, text = line.partition(" ")
@@ -259,8 +298,11 @@ class Bench:
                 if w_start <= begin and end <= w_end:
                     per_state[state].append(end - begin)
         on, off = per_state[True], per_state[False]
+        if not on or not off:
+            raise ValueError("no iteration inside a window of each kind; raise --steps")
         return {
             "iters_running": len(on), "iters_stopped": len(off), "windows": len(windows),
+            "stopped_windows_verified": stopped_verified,
             "step_ms_running": 1e3 * statistics.fmean(on),
             "step_ms_stopped": 1e3 * statistics.fmean(off),
             "ratio": statistics.fmean(off) / statistics.fmean(on),

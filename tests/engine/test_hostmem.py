@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,9 @@ from tuitrain.engine.runner import run
 # fill the heap the first time, with or without `retain`).
 FAULTS = textwrap.dedent(
     """
-    import resource, sys
+    import ctypes, resource, sys
+    # transparent huge pages (always on some distributions) count a fault per 2 MiB: off here
+    ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE
     from tuitrain.engine.hostmem import set_host_malloc
     assert set_host_malloc(sys.argv[1]) == sys.argv[1]
     import torch
@@ -34,8 +37,11 @@ FAULTS = textwrap.dedent(
 
 
 def faults(mode: str) -> int:
+    # glibc's own settings from the environment would make "system" something else
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUN"))}
+    env.pop("LD_PRELOAD", None)
     done = subprocess.run(
-        [sys.executable, "-c", FAULTS, mode], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", FAULTS, mode], capture_output=True, text=True, timeout=120, env=env
     )
     assert done.returncode == 0, done.stderr
     return int(done.stdout.split()[-1])

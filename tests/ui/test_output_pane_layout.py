@@ -34,7 +34,7 @@ def test_new_lines_repaint_the_pane_and_follow_the_newest_without_a_layout(
 
     async def go() -> None:
         app = Pane()
-        async with app.run_test(size=(100, 30)) as pilot:
+        async with app.run_test(size=(70, 30)) as pilot:  # narrower than RichLog's 78
             log = app.query_one(OutputLog)
             await pilot.pause()
             before = layouts
@@ -48,5 +48,12 @@ def test_new_lines_repaint_the_pane_and_follow_the_newest_without_a_layout(
             assert log.vertical_scrollbar.window_virtual_size == 40
             shown = [log.render_line(y).text for y in range(log.scrollable_content_region.height)]
             assert "iter 39: loss 2.5" in shown[-1]
+            # a line wider than the pane wraps inside it (no horizontal scrollbar to reach past)
+            width = log.scrollable_content_region.width
+            log.write("y" * (width + 5) + "Z")
+            await pilot.pause()
+            assert log.virtual_size.width <= width
+            shown = [log.render_line(y).text for y in range(log.scrollable_content_region.height)]
+            assert shown[-1].rstrip().endswith("Z")
 
     asyncio.run(go())

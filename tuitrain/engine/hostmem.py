@@ -3,16 +3,18 @@
 A training step allocates and frees the same tensors every step. With glibc's defaults a tensor
 over the mmap threshold (128 KiB, rising to what was last freed) is mapped and unmapped each
 time, and freed memory above the trim threshold goes back to the kernel: the next step takes it
-again one page fault at a time, each page zeroed. charlm-mini on a 2-core CPU took 3,000-5,000
-page faults a step (about 15% of its step time, BENCHMARKS.md § Performance against nanoGPT);
-with `retain`, none after the first steps. What `retain` sets is what glibc's own dynamic
-threshold would reach at most (32 MiB, its ceiling), from the start, and a trim threshold of
-1 GiB: freed memory stays in the process, so its resident size stays at its peak (what
-PyTorch's CUDA caching allocator does for the GPU). `system` leaves the C library's defaults.
+again one page fault at a time, each page zeroed. charlm-mini on a 2-core CPU took 2,000-5,000
+page faults a step in some processes, none in others (up to 20% of a step, BENCHMARKS.md §
+Performance against nanoGPT, second look); with `retain`, none after the first steps. What
+`retain` sets is what glibc's own dynamic threshold would reach at most (32 MiB, its ceiling),
+from the start, and a trim threshold of 1 GiB: freed memory stays in the process, so its
+resident size stays at its peak (what PyTorch's CUDA caching allocator does for the GPU).
+`system` leaves the C library's defaults.
 
 Process-wide: the first run of a process sets it, a later run asking for `system` puts glibc's
 static defaults back (its dynamic threshold cannot be restored). Not glibc (musl, macOS,
-Windows): nothing is set and the run reports `system`.
+Windows), or a malloc other than glibc's (jemalloc, tcmalloc by LD_PRELOAD): nothing is set and
+the run reports `system`.
 """
 
 from __future__ import annotations
@@ -35,16 +37,25 @@ _state = "system"  # what this process's malloc is set to now
 
 
 def glibc() -> ctypes.CDLL | None:
-    """This process's C library when it is glibc (the one whose mallopt this knows), else None."""
+    """This process's C library when it is glibc and its malloc is glibc's (the one whose
+    mallopt this knows), else None: jemalloc or tcmalloc put in by LD_PRELOAD (common in
+    PyTorch images) take malloc, and glibc's mallopt would change nothing."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(None)
-        version = libc.gnu_get_libc_version  # glibc only: musl has no such symbol
+        process = ctypes.CDLL(None)
+        version = process.gnu_get_libc_version  # glibc only: musl has no such symbol
+        libc = ctypes.CDLL("libc.so.6")
+        ours, theirs = (
+            ctypes.cast(process.malloc, ctypes.c_void_p),
+            ctypes.cast(libc.malloc, ctypes.c_void_p),
+        )
     except (OSError, AttributeError):
         return None
     version.restype = ctypes.c_char_p
-    return libc if version() else None
+    if not version() or ours.value != theirs.value:
+        return None
+    return libc
 
 
 def set_host_malloc(mode: str) -> str:
@@ -64,6 +75,12 @@ def set_host_malloc(mode: str) -> str:
             else (DEFAULT_THRESHOLD, DEFAULT_THRESHOLD)
         )
         # mallopt returns 1 on success; a value it refuses leaves the setting as it was
-        if libc.mallopt(M_MMAP_THRESHOLD, mmap) and libc.mallopt(M_TRIM_THRESHOLD, trim):
-            _state = mode
+        if not libc.mallopt(M_MMAP_THRESHOLD, mmap):
+            return _state
+        if not libc.mallopt(M_TRIM_THRESHOLD, trim):  # never half set: put the first back
+            libc.mallopt(
+                M_MMAP_THRESHOLD, MMAP_THRESHOLD if _state == "retain" else DEFAULT_THRESHOLD
+            )
+            return _state
+        _state = mode
         return _state

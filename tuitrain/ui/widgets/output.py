@@ -46,8 +46,10 @@ class OutputLog(RichLog):
         self._scroll_update(size)
 
     def __init__(self) -> None:
+        # min_width=1: RichLog wraps at max(width, min_width=78); with no horizontal
+        # scrollbar a narrower pane would hide the ends of wrapped rows
         super().__init__(id="output", wrap=True, markup=False, highlight=False,
-                         max_lines=MAX_OUTPUT_LINES)  # fmt: skip
+                         max_lines=MAX_OUTPUT_LINES, min_width=1)  # fmt: skip
         self.border_title = "Output"
 
 
