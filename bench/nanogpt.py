@@ -204,22 +204,31 @@ class Bench:
         lines, wall = stamped(cmd, self.args.nanogpt, log, self.np_env)
         return {**iter_rate([x for _, x in lines]), "wall_s": wall}
 
+    def watch_in_tmux(
+        self, tmux: list[str], session: str, run_dir: Path, script: list[str]
+    ) -> None:
+        """`tuitrain run --run-dir RUN_DIR -- SCRIPT` with its dashboard, in a detached tmux
+        session (160x48) in the nanoGPT checkout, --np-env set. tmux continues a pane's own
+        process at once when it stops (server_child_stopped), so tuitrain run is the pane
+        shell's child, not the pane process (`; exit` keeps the shell from exec'ing it)."""
+        inner = [
+            *(f"{k}={v}" for k, v in self.np_env.items()),
+            self.python, "-m", "tuitrain", "run", "--run-dir", str(run_dir), "--", *script,
+        ]  # fmt: skip
+        command = "env " + " ".join(shlex.quote(a) for a in inner) + "; exit $?"
+        subprocess.run(
+            [*tmux, "new-session", "-d", "-s", session, "-x", "160", "-y", "48",
+             "-c", str(self.args.nanogpt), command],
+            check=True,
+        )  # fmt: skip
+
     def watched_throughput(self, i: int) -> dict[str, Any]:
         """nanoGPT under `tuitrain run` with the dashboard, in a detached tmux session."""
         run_dir = self.work / f"watched-{i}"
         shutil.rmtree(run_dir, ignore_errors=True)
-        inner = [
-            *(f"{k}={v}" for k, v in self.np_env.items()), self.python, "-m", "tuitrain", "run",
-            "--run-dir", str(run_dir), "--", *self.nanogpt_throughput_cmd(),
-        ]  # fmt: skip
-        session = f"np{i}"
-        tmux = ["tmux", "-L", f"{SOCKET}-{i}"]  # a server a run: the last one is killed
+        session, tmux = f"np{i}", ["tmux", "-L", f"{SOCKET}-{i}"]  # a server a run
         started = time.monotonic()
-        subprocess.run(
-            [*tmux, "new-session", "-d", "-s", session, "-x", "160", "-y", "48",
-             "-c", str(self.args.nanogpt), "env " + " ".join(shlex.quote(a) for a in inner)],
-            check=True,
-        )  # fmt: skip
+        self.watch_in_tmux(tmux, session, run_dir, self.nanogpt_throughput_cmd())
         output = run_dir / "output.log"
         # tuitrain run ends when the script does, with the dashboard left up: q once it is done
         try:
@@ -239,21 +248,12 @@ class Bench:
         run_dir, stamps = self.work / f"paused-{i}", self.work / f"stamps-{i}.txt"
         shutil.rmtree(run_dir, ignore_errors=True)
         stamps.unlink(missing_ok=True)
-        inner = [
-            *(f"{k}={v}" for k, v in self.np_env.items()),
-            self.python, "-m", "tuitrain", "run", "--run-dir", str(run_dir), "--",
-            self.python, str(Path(__file__).resolve()), "--nanogpt", str(self.args.nanogpt),
-            "--stamp-to", str(stamps), "stamp", "--", *self.nanogpt_throughput_cmd(),
-        ]  # fmt: skip
         session, tmux = f"p{i}", ["tmux", "-L", f"{SOCKET}-{i}"]  # a server a run
-        # tmux continues a pane's own process at once when it stops (server_child_stopped):
-        # tuitrain run must be the pane shell's child, not the pane process (no exec: `; exit`)
-        command = "env " + " ".join(shlex.quote(a) for a in inner) + "; exit $?"
-        subprocess.run(
-            [*tmux, "new-session", "-d", "-s", session, "-x", "160", "-y", "48",
-             "-c", str(self.args.nanogpt), command],
-            check=True,
-        )  # fmt: skip
+        stamper = [
+            self.python, str(Path(__file__).resolve()), "--nanogpt", str(self.args.nanogpt),
+            "--stamp-to", str(stamps), "stamp", "--",
+        ]  # fmt: skip
+        self.watch_in_tmux(tmux, session, run_dir, [*stamper, *self.nanogpt_throughput_cmd()])
         windows: list[tuple[float, float, bool]] = []  # (start, end, dashboard running)
         stopped_verified = 0
         dashboard = None
