@@ -52,9 +52,19 @@ def child(preset: str, mode: str, warmup: int, steps: int, in_thread: bool) -> d
         out["faults_per_step"] = statistics.median(faults)
 
     if in_thread:
-        worker = threading.Thread(target=loop)
+        failed: list[BaseException] = []
+
+        def guarded() -> None:
+            try:
+                loop()
+            except BaseException as exc:  # re-raised below, in the process's main thread
+                failed.append(exc)
+
+        worker = threading.Thread(target=guarded)
         worker.start()
         worker.join()
+        if failed:
+            raise failed[0]
     else:
         loop()
     out["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

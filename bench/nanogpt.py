@@ -15,7 +15,12 @@ throughput: the same shape on both sides (4 layers, 4 heads, 128 wide, biases, c
 batch 32, no dropout, fp32, no compile). nanoGPT's tokens/s come from its per-iteration
 times, the engine's from its train records, each the median of 20-step windows after the
 first two; MFU divides the engine's FLOPs per sequence (FlopCounterMode) by the matmul
-probe's peak (--measure-peak), for both sides.
+probe's peak (--measure-peak), for both sides. `--device cuda` trains both on a GPU with
+TF32 matmuls (nanoGPT always allows them); nanoGPT logs every 10th iteration there, as its
+shakespeare_char config does (a logged iteration reads the loss: a host-device sync), and its
+rate comes from its lines' arrival times (its own `time` is the host's, not the device's).
+Compile on either side with --np-arg=--compile=True and --set 'train.compile="on"'.
+`bash bench/nanogpt_gpu.sh` runs the GPU comparisons on a lent machine.
 
 quality: nanoGPT's README CPU recipe ("baby GPT": 4x4x128, context 64, batch 12, 2,000
 iterations, no dropout, 20 eval batches), V = its last val loss, T = seconds from its launch
@@ -137,6 +142,30 @@ def iter_rate(lines: list[str]) -> dict[str, float]:
     return {"tokens_per_s": 32 * 128 / per_step, "step_ms": per_step * 1e3}
 
 
+def log_interval(device: str) -> int:
+    """nanoGPT's log interval: every iteration on a CPU (its own per-iteration `time` is the
+    step); every 10th on a GPU, as its shakespeare_char config has it, since each logged
+    iteration reads the loss (`loss.item()`: the host waits for the device)."""
+    return 10 if device == "cuda" else 1
+
+
+def stamp_rate(lines: list[tuple[float, str]]) -> dict[str, float]:
+    """tokens/s from the arrival times of nanoGPT's `iter N` lines: the median over windows of
+    WINDOW logged lines (the first SKIP left out) of iterations done / seconds between the
+    window's first and last line. On a GPU nanoGPT's own `time` is the host's launch time of
+    one iteration, not the device's; a line's arrival follows the loss read that waits."""
+    marks = [(t, int(m.group(1))) for t, x in lines if (m := ITER.match(x)) and int(m.group(1))]
+    rates = []
+    for k in range(SKIP, len(marks) // WINDOW):
+        (t0, i0), (t1, i1) = marks[k * WINDOW], marks[(k + 1) * WINDOW - 1]
+        if t1 > t0 and i1 > i0:
+            rates.append((t1 - t0) / (i1 - i0))
+    if not rates:
+        raise ValueError(f"fewer than {(SKIP + 1) * WINDOW} logged iterations; raise --steps")
+    per_step = statistics.median(rates)
+    return {"tokens_per_s": 32 * 128 / per_step, "step_ms": per_step * 1e3}
+
+
 def process_state(pid: int) -> str:
     """The state letter of /proc/PID/stat (R, S, T: stopped, ...); "" when it is gone."""
     try:
@@ -189,11 +218,11 @@ class Bench:
     def nanogpt_throughput_cmd(self) -> list[str]:
         a = self.args
         return [
-            self.python, "train.py", f"--dataset={DATASET}", "--device=cpu", "--compile=False",
-            "--dtype=float32", "--block_size=128", "--batch_size=32", *SAME_SHAPE,
-            f"--max_iters={a.steps}", "--eval_interval=1000000", "--eval_iters=1",
-            "--log_interval=1", "--gradient_accumulation_steps=1", "--learning_rate=3e-3",
-            "--weight_decay=0.01",
+            self.python, "train.py", f"--dataset={DATASET}", f"--device={a.device}",
+            "--compile=False", "--dtype=float32", "--block_size=128", "--batch_size=32",
+            *SAME_SHAPE, f"--max_iters={a.steps}", "--eval_interval=1000000", "--eval_iters=1",
+            f"--log_interval={log_interval(a.device)}", "--gradient_accumulation_steps=1",
+            "--learning_rate=3e-3", "--weight_decay=0.01",
             "--warmup_iters=100", f"--lr_decay_iters={a.steps}", "--min_lr=3e-4",
             f"--out_dir={self.work / 'np-out'}", *a.np_arg,
         ]  # fmt: skip
@@ -202,6 +231,8 @@ class Bench:
         cmd = self.nanogpt_throughput_cmd()
         log = self.work / f"np-throughput-{i}.log"
         lines, wall = stamped(cmd, self.args.nanogpt, log, self.np_env)
+        if self.args.device == "cuda":  # asynchronous: its own `time` is launch time only
+            return {**stamp_rate(lines), "wall_s": wall}
         return {**iter_rate([x for _, x in lines]), "wall_s": wall}
 
     def watch_in_tmux(
@@ -308,14 +339,21 @@ class Bench:
             "ratio": statistics.fmean(off) / statistics.fmean(on),
         }  # fmt: skip
 
+    def engine_cmd(self, preset: str, run_dir: Path, extra: list[str]) -> list[str]:
+        """The engine's command: the preset on --device (TF32 matmuls on a GPU, as nanoGPT
+        has them), then `extra`, then --set (the last value of a key wins)."""
+        device = self.args.device
+        return [
+            self.python, "-m", "tuitrain", "--no-ui", "--preset", preset,
+            "--run-dir", str(run_dir), "--set", f'train.device="{device}"',
+            *(["--set", "train.tf32=true"] if device == "cuda" else []), *extra,
+            *(x for s in self.args.set for x in ("--set", s)),
+        ]  # fmt: skip
+
     def engine(self, i: int, preset: str, extra: list[str], tag: str) -> tuple[Any, ...]:
         run_dir = self.work / f"engine-{tag}-{i}"
         shutil.rmtree(run_dir, ignore_errors=True)
-        cmd = [
-            self.python, "-m", "tuitrain", "--no-ui", "--preset", preset,
-            "--run-dir", str(run_dir), "--set", 'train.device="cpu"', *extra,
-            *(x for s in self.args.set for x in ("--set", s)),
-        ]  # fmt: skip
+        cmd = self.engine_cmd(preset, run_dir, extra)
         lines, wall = stamped(cmd, REPO, self.work / f"engine-{tag}-{i}.log")
         with open(run_dir / "metrics.jsonl") as f:
             records = [json.loads(line) for line in f]
@@ -401,6 +439,10 @@ def main() -> None:
     parser.add_argument(
         "--np-env", action="append", default=[], help="KEY=VALUE for nanoGPT's process"
     )
+    parser.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cpu",
+        help="throughput: where both sides train (cuda: TF32 matmuls on both, as nanoGPT sets)",
+    )  # fmt: skip
     parser.add_argument("--python", help="the interpreter of both sides (default: this one)")
     parser.add_argument("--work", type=Path, help="logs and run dirs (default: a temp dir)")
     args = parser.parse_args()

@@ -219,6 +219,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--tree", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.warmup < 1 or args.steps < 1:
+        parser.error("--warmup and --steps must be at least 1 (--warmup is the log interval)")
     if args.steps % args.warmup:
         parser.error("--steps must be a multiple of --warmup (the engine's log interval)")
     if args.child == "baseline":

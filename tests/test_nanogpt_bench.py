@@ -5,8 +5,11 @@ are read, paired and summarised, and that the prepared data is tuitrain's text."
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -126,3 +129,79 @@ def test_paused_reads_iterations_inside_dashboard_on_and_off_windows(tmp_path: P
     # the dashboard saw the script's lines: tuitrain run kept them in output.log
     output = (tmp_path / "work" / "paused-0" / "output.log").read_text()
     assert "iter 160:" in output
+
+
+def bench_module():  # type: ignore[no-untyped-def]
+    """bench/nanogpt.py as a module (it imports bench/_common.py as a top-level module)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "nanogpt_bench", ROOT / "bench" / "nanogpt.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return module
+
+
+def test_gpu_rate_comes_from_line_arrivals_not_nanogpts_own_time() -> None:
+    nb = bench_module()
+    # a logged line every 10 iterations, arriving 50 ms apart (5 ms an iteration), while
+    # nanoGPT's own `time` (the host's launch time on a GPU) says 1 ms; one slow window
+    lines = [(0.0, "step 0: train loss 4.2, val loss 4.2")]
+    t = 0.0
+    for it in range(10, 1010, 10):
+        t += 0.5 if it == 500 else 0.05
+        lines.append((t, f"iter {it}: loss 3.9000, time 1.00ms, mfu 1.00%"))
+    rate = nb.stamp_rate(lines)
+    assert rate["step_ms"] == pytest.approx(5.0)  # the median window, not the slow one
+    assert rate["tokens_per_s"] == pytest.approx(32 * 128 / 0.005)
+    with pytest.raises(ValueError, match="raise --steps"):
+        nb.stamp_rate(lines[:40])  # two windows, both left out
+
+
+def test_gpu_commands_train_both_sides_on_cuda_with_overrides_last(tmp_path: Path) -> None:
+    nb = bench_module()
+    args = argparse.Namespace(
+        device="cuda", steps=2000, np_arg=["--compile=True"], np_env=[], python="py",
+        set=['train.compile_mode="reduce-overhead"'],
+    )  # fmt: skip
+    b = nb.Bench(args, tmp_path)
+    np_cmd = b.nanogpt_throughput_cmd()
+    assert "--device=cuda" in np_cmd and "--log_interval=10" in np_cmd
+    assert np_cmd.index("--compile=False") < np_cmd.index("--compile=True")  # the last wins
+    engine = b.engine_cmd("charlm-mini", tmp_path / "run", ["--measure-peak"])
+    sets = [engine[i + 1] for i, a in enumerate(engine) if a == "--set"]
+    assert sets[:2] == ['train.device="cuda"', "train.tf32=true"]
+    assert sets[-1] == 'train.compile_mode="reduce-overhead"'
+    args.device = "cpu"  # the CPU figures' commands stay as they were
+    assert "--log_interval=1" in b.nanogpt_throughput_cmd()
+    engine = b.engine_cmd("charlm-mini", tmp_path / "run", [])
+    assert 'train.device="cpu"' in engine and "train.tf32=true" not in engine
+
+
+@pytest.mark.slow
+def test_gpu_script_says_what_is_missing_in_one_line(tmp_path: Path) -> None:
+    script = str(ROOT / "bench" / "nanogpt_gpu.sh")
+    stand_in = tmp_path / "nanogpt"
+    stand_in.mkdir()
+    for name in ("train.py", "model.py"):
+        (stand_in / name).write_text("")
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out")}
+    cases = [
+        (["abc"], {}, "budget_s must be a whole number of seconds, not 'abc'"),
+        (["60"], {"NANOGPT": str(tmp_path / "none")}, "no nanoGPT checkout at"),
+    ]
+    import torch
+
+    if not torch.cuda.is_available():  # on a GPU machine this case would start measuring
+        cases.append((["60"], {"NANOGPT": str(stand_in)}, "no CUDA device here"))
+    for args, extra, said in cases:
+        proc = subprocess.run(
+            ["bash", script, *args], capture_output=True, text=True, env={**env, **extra},
+            timeout=120, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 2, proc.stderr
+        assert said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -15,16 +15,28 @@ Process-wide: the first run of a process sets it, a later run asking for `system
 static defaults back (its dynamic threshold cannot be restored). Not glibc (musl, macOS,
 Windows), or a malloc other than glibc's (jemalloc, tcmalloc by LD_PRELOAD): nothing is set and
 the run reports `system`.
+
+`frozen_heap()`, around the training loop: Python's cyclic garbage collector leaves out what
+exists when training starts (`gc.freeze()`): torch's, Textual's and every imported module's
+objects, the model, the optimizer; `gc.unfreeze()` when the loop ends. A full collection
+otherwise walks all of them (1-2 million objects: 150-200 ms with the dashboard attached,
+holding the GIL, so the training thread's next Python line waits too), and the dashboard's
+allocations set one off every minute or so (BENCHMARKS.md § Performance against nanoGPT, third
+look). Objects made during the loop are collected as before; garbage cycles among the frozen
+ones wait for the unfreeze.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import gc
 import sys
 import threading
+from collections.abc import Iterator
 
-__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "glibc", "set_host_malloc"]
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "frozen_heap", "glibc", "set_host_malloc"]
 
 M_TRIM_THRESHOLD = -1  # glibc's <malloc.h>
 M_MMAP_THRESHOLD = -3
@@ -34,6 +46,7 @@ DEFAULT_THRESHOLD = 128 << 10  # glibc's static default for both
 
 _lock = threading.Lock()
 _state = "system"  # what this process's malloc is set to now
+_loops = 0  # training loops running in this process under frozen_heap (a parity check: two)
 
 
 def glibc() -> ctypes.CDLL | None:
@@ -84,3 +97,21 @@ def set_host_malloc(mode: str) -> str:
             return _state
         _state = mode
         return _state
+
+
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Keep the objects that exist now out of Python's garbage collections while the block
+    runs (the first of overlapping blocks freezes, the last one out unfreezes)."""
+    global _loops
+    with _lock:
+        if _loops == 0:
+            gc.freeze()
+        _loops += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _loops -= 1
+            if _loops == 0:
+                gc.unfreeze()

@@ -29,6 +29,7 @@ from tuitrain.core.errors import EXIT_FAILED, EXIT_OK, TrainingError, UserError
 from tuitrain.engine.device import device_name, tf32_active, unused_gpu_warning
 from tuitrain.engine.diagnostics import StallWatch
 from tuitrain.engine.factory import is_memory_error
+from tuitrain.engine.hostmem import frozen_heap
 from tuitrain.engine.setup import DistInfo, RunParts, build_parts
 from tuitrain.engine.trainer import Trainer
 from tuitrain.metrics.alerts import Alert
@@ -179,7 +180,7 @@ def run(
                     )
                 )
         watch = rank_watch(cfg, trainer, sink, run_dir, started)
-        with StallWatch(control, trainer.diagnostics, cfg.alerts.stall_s), watch:
+        with StallWatch(control, trainer.diagnostics, cfg.alerts.stall_s), watch, frozen_heap():
             status = trainer.fit()
         trainer.profiler.close(sink)  # a profile the run's end cut short: what it has
     except BaseException as exc:  # noqa: BLE001 - every failure must end the run cleanly
