@@ -150,10 +150,11 @@ def log_interval(device: str) -> int:
 
 
 def stamp_rate(lines: list[tuple[float, str]]) -> dict[str, float]:
-    """tokens/s from the arrival times of nanoGPT's `iter N` lines: the median over windows of
-    WINDOW logged lines (the first SKIP left out) of iterations done / seconds between the
-    window's first and last line. On a GPU nanoGPT's own `time` is the host's launch time of
-    one iteration, not the device's; a line's arrival follows the loss read that waits."""
+    """tokens/s from the arrival times of nanoGPT's `iter N` lines: over windows of WINDOW
+    logged lines (the first SKIP left out), the median of seconds between the window's first
+    and last line per iteration between them. On a GPU nanoGPT's own `time` is the host's
+    launch time of one iteration, not the device's; a line's arrival follows the loss read
+    that waits for the device."""
     marks = [(t, int(m.group(1))) for t, x in lines if (m := ITER.match(x)) and int(m.group(1))]
     rates = []
     for k in range(SKIP, len(marks) // WINDOW):
@@ -446,6 +447,11 @@ def main() -> None:
     parser.add_argument("--python", help="the interpreter of both sides (default: this one)")
     parser.add_argument("--work", type=Path, help="logs and run dirs (default: a temp dir)")
     args = parser.parse_args()
+    if args.device == "cuda" and args.mode != "throughput":
+        parser.error("--device cuda is for throughput only (the other modes time a CPU run)")
+    least = (SKIP + 1) * WINDOW * log_interval(args.device)
+    if args.mode in ("throughput", "watched") and args.steps < least:
+        parser.error(f"--steps must be at least {least} on {args.device} (three timing windows)")
     if args.mode == "stamp":
         sys.exit(stamp(args.command, args.stamp_to))
     data = prepare(args.nanogpt)

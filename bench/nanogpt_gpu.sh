@@ -2,7 +2,8 @@
 # nanoGPT's own train.py against the engine on a lent CUDA machine (issue #40, item 1): the same
 # shape as on the CPU (4 layers, 4 heads, 128 wide, context 128, batch 32), fp32 with TF32
 # matmuls on both sides, one interleaved pair per configuration, each pair's JSON lines in
-# $OUT/nanogpt-NAME.jsonl (or ./bench-out/), its logs under $OUT/nanogpt-NAME/:
+# $OUT/nanogpt-NAME.jsonl (or ./bench-out/), its logs under $OUT/nanogpt-NAME/ (one pair:
+# nanoGPT runs first; each configuration gets an equal share of what is left of the budget):
 #
 #   compiled  nanoGPT --compile=True (its GPU default) / engine train.compile=on
 #   graphs    nanoGPT --compile=True / engine compile_mode=reduce-overhead (CUDA graphs)
@@ -26,24 +27,40 @@ if [ ! -f "$NANOGPT/train.py" ] || [ ! -f "$NANOGPT/model.py" ]; then
 fi
 OUT="${OUT:-$PWD/bench-out}"
 mkdir -p "$OUT"
-PY="${PYTHON:-$(command -v python3 || command -v python)}"
+if [ "$BUDGET" -lt 180 ]; then
+    echo "nanogpt_gpu.sh: a budget of $BUDGET s is too short for three pairs; give at least 180" >&2
+    exit 2
+fi
+PY="${PYTHON:-$(command -v python3 || command -v python || true)}"
+if [ -z "$PY" ]; then
+    echo "nanogpt_gpu.sh: no python3 or python here; set PYTHON=/path/to/python" >&2
+    exit 2
+fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-"$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 4)" || {
+cuda=0
+"$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 4)" || cuda=$?
+if [ "$cuda" -eq 4 ]; then
     echo "nanogpt_gpu.sh: no CUDA device here; run it on a GPU machine" >&2
     exit 2
-}
+elif [ "$cuda" -ne 0 ]; then
+    echo "nanogpt_gpu.sh: $PY cannot import torch; install it or set PYTHON=/path/to/python" >&2
+    exit 2
+fi
 deadline=$((SECONDS + BUDGET))
 measured=0
+pairs_left=3
 pair() {  # NAME, then bench/nanogpt.py's arguments
-    local name="$1" left
+    local name="$1" left share
     shift
     left=$((deadline - SECONDS))
-    if [ "$left" -lt 60 ]; then
+    share=$((left / pairs_left))
+    pairs_left=$((pairs_left - 1))
+    if [ "$share" -lt 60 ]; then
         echo "$name: not run (budget spent)"
         return 0
     fi
     local rc=0
-    timeout --signal=TERM --kill-after=20 "$left" "$PY" bench/nanogpt.py --nanogpt "$NANOGPT" \
+    timeout --signal=TERM --kill-after=20 "$share" "$PY" bench/nanogpt.py --nanogpt "$NANOGPT" \
         --python "$PY" throughput --device cuda --pairs 1 --steps 2000 \
         --work "$OUT/nanogpt-$name" "$@" > "$OUT/nanogpt-$name.jsonl" 2> "$OUT/nanogpt-$name.err" || rc=$?
     if [ "$rc" -eq 0 ]; then
@@ -56,4 +73,7 @@ pair() {  # NAME, then bench/nanogpt.py's arguments
 pair compiled --set 'train.compile="on"' --np-arg=--compile=True
 pair graphs --set 'train.compile="on"' --set 'train.compile_mode="reduce-overhead"' --np-arg=--compile=True
 pair eager
-[ "$measured" -gt 0 ]
+if [ "$measured" -eq 0 ]; then
+    echo "nanogpt_gpu.sh: no pair measured; the .err files under $OUT say why" >&2
+    exit 1
+fi

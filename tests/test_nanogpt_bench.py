@@ -159,7 +159,7 @@ def test_gpu_rate_comes_from_line_arrivals_not_nanogpts_own_time() -> None:
     assert rate["step_ms"] == pytest.approx(5.0)  # the median window, not the slow one
     assert rate["tokens_per_s"] == pytest.approx(32 * 128 / 0.005)
     with pytest.raises(ValueError, match="raise --steps"):
-        nb.stamp_rate(lines[:40])  # two windows, both left out
+        nb.stamp_rate(lines[:41])  # two windows of 20 logged lines, both left out
 
 
 def test_gpu_commands_train_both_sides_on_cuda_with_overrides_last(tmp_path: Path) -> None:
@@ -192,12 +192,13 @@ def test_gpu_script_says_what_is_missing_in_one_line(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out")}
     cases = [
         (["abc"], {}, "budget_s must be a whole number of seconds, not 'abc'"),
-        (["60"], {"NANOGPT": str(tmp_path / "none")}, "no nanoGPT checkout at"),
+        (["600"], {"NANOGPT": str(tmp_path / "none")}, "no nanoGPT checkout at"),
+        (["60"], {"NANOGPT": str(stand_in)}, "too short for three pairs; give at least 180"),
     ]
     import torch
 
     if not torch.cuda.is_available():  # on a GPU machine this case would start measuring
-        cases.append((["60"], {"NANOGPT": str(stand_in)}, "no CUDA device here"))
+        cases.append((["600"], {"NANOGPT": str(stand_in)}, "no CUDA device here"))
     for args, extra, said in cases:
         proc = subprocess.run(
             ["bash", script, *args], capture_output=True, text=True, env={**env, **extra},
@@ -205,3 +206,18 @@ def test_gpu_script_says_what_is_missing_in_one_line(tmp_path: Path) -> None:
         )  # fmt: skip
         assert proc.returncode == 2, proc.stderr
         assert said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_gpu_timing_is_refused_where_it_would_measure_wrong(tmp_path: Path) -> None:
+    for args, said in (
+        (["quality", "--device", "cuda"], "--device cuda is for throughput only"),
+        (["throughput", "--device", "cuda", "--steps", "200"], "--steps must be at least 600"),
+        (["throughput", "--steps", "40"], "--steps must be at least 60 on cpu"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "nanogpt.py"), "--nanogpt", str(tmp_path), *args],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+    assert not (tmp_path / "data").exists()  # refused before preparing anything

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import weakref
 
 import pytest
 
@@ -74,49 +75,83 @@ def test_an_unknown_mode_is_refused() -> None:
         set_host_malloc("jemalloc")
 
 
-class FreezeSink(ListSink):
-    """Notes, with each train record, how many objects the collector leaves out (frozen)."""
+class Cycle:
+    """An object in a reference cycle: only the garbage collector can free it."""
 
     def __init__(self) -> None:
+        self.me = self
+
+
+class FreezeSink(ListSink):
+    """At each train record: how many objects the collector leaves out (frozen); at the first,
+    drops `held` (a cycle alive when the loop started) and makes a new cycle, collects, and
+    notes which of the two the collection freed."""
+
+    def __init__(self, held: list[Cycle]) -> None:
         super().__init__()
+        self.held = held
         self.frozen: list[int] = []
+        self.freed: dict[str, bool] = {}
 
     def write(self, record: dict) -> None:
         if record.get("type") == "train":
             self.frozen.append(gc.get_freeze_count())
+            if not self.freed:
+                old = weakref.ref(self.held[0])
+                self.held.clear()
+                new = weakref.ref(Cycle())
+                gc.collect()
+                self.freed = {"from_before": old() is None, "made_in_loop": new() is None}
         super().write(record)
 
 
 def test_the_training_loop_runs_with_the_heap_frozen_and_unfreezes_after(tiny_config) -> None:  # noqa: ANN001
-    assert gc.get_freeze_count() == 0
-    built_before = object()  # an object that exists before the run: frozen with the rest
-    sink = FreezeSink()
+    before = gc.get_freeze_count()
+    held = [Cycle()]  # alive when the loop starts: frozen with torch's objects and the model's
+    dropped = weakref.ref(held[0])
+    sink = FreezeSink(held)
     cfg = tiny_config("train.max_steps=4", "train.log_every=1")
     assert run(cfg, sink).status == "completed"
-    # every step logged ran with torch's, the model's and this test's objects left out
+    # every logged step ran with the process's objects left out of the collections
     assert len(sink.frozen) == 4 and min(sink.frozen) > 10_000, sink.frozen
-    assert gc.get_freeze_count() == 0  # all back in the oldest generation
-    assert gc.is_tracked([built_before])  # (the collector still sees new containers)
+    # a cycle dropped during the loop waits; one made in the loop is collected as before
+    assert sink.freed == {"from_before": False, "made_in_loop": True}
+    assert dropped() is not None
+    assert gc.get_freeze_count() == before  # all back in the oldest generation...
+    gc.collect()
+    assert dropped() is None  # ...where the next collection frees it
 
 
 def test_a_run_that_fails_in_its_loop_unfreezes_too(tiny_config) -> None:  # noqa: ANN001
-    sink = FreezeSink()  # the model raises in its first evaluation, after the epoch's 2 steps
+    before = gc.get_freeze_count()
+    sink = FreezeSink([Cycle()])  # the model raises in its first evaluation, after 2 steps
     cfg = tiny_config("model.name=tests.engine.models_for_tests:raise_in_eval", "train.log_every=1")
     result = run(cfg, sink)
     assert result.status == "failed" and result.step == 2
     assert sink.frozen and min(sink.frozen) > 10_000  # it failed inside the frozen loop
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == before
 
 
 def test_overlapping_loops_unfreeze_when_the_last_one_ends() -> None:
-    assert gc.get_freeze_count() == 0
+    before = gc.get_freeze_count()
     with frozen_heap():
         first = gc.get_freeze_count()
-        assert first > 0
-        with frozen_heap():  # a second loop (the parity check's two runs): no second freeze
+        assert first > before
+        with frozen_heap():  # a second loop while the first runs: no second freeze
             assert gc.get_freeze_count() == first
         assert gc.get_freeze_count() == first  # the first loop is still running
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == before
     with pytest.raises(RuntimeError), frozen_heap():
         raise RuntimeError("the loop failed")
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == before
+
+
+def test_a_heap_frozen_before_the_loop_stays_frozen_after_it() -> None:
+    gc.freeze()  # the embedding program's own freeze
+    try:
+        theirs = gc.get_freeze_count()
+        with frozen_heap():
+            assert gc.get_freeze_count() >= theirs
+        assert gc.get_freeze_count() >= theirs  # not undone by the loop's end
+    finally:
+        gc.unfreeze()

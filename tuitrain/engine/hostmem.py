@@ -19,7 +19,7 @@ the run reports `system`.
 `frozen_heap()`, around the training loop: Python's cyclic garbage collector leaves out what
 exists when training starts (`gc.freeze()`): torch's, Textual's and every imported module's
 objects, the model, the optimizer; `gc.unfreeze()` when the loop ends. A full collection
-otherwise walks all of them (1-2 million objects: 150-200 ms with the dashboard attached,
+otherwise walks all of them (about 350,000 objects with the dashboard: 140-200 ms here,
 holding the GIL, so the training thread's next Python line waits too), and the dashboard's
 allocations set one off every minute or so (BENCHMARKS.md § Performance against nanoGPT, third
 look). Objects made during the loop are collected as before; garbage cycles among the frozen
@@ -46,7 +46,8 @@ DEFAULT_THRESHOLD = 128 << 10  # glibc's static default for both
 
 _lock = threading.Lock()
 _state = "system"  # what this process's malloc is set to now
-_loops = 0  # training loops running in this process under frozen_heap (a parity check: two)
+_loops = 0  # training loops running in this process inside frozen_heap
+_ours = True  # whether the running loops' freeze is ours to undo
 
 
 def glibc() -> ctypes.CDLL | None:
@@ -101,11 +102,18 @@ def set_host_malloc(mode: str) -> str:
 
 @contextlib.contextmanager
 def frozen_heap() -> Iterator[None]:
-    """Keep the objects that exist now out of Python's garbage collections while the block
-    runs (the first of overlapping blocks freezes, the last one out unfreezes)."""
-    global _loops
+    """Keep the objects alive now out of Python's garbage collections while the block runs.
+
+    The first block to enter collects once (garbage now would otherwise wait for the end) and
+    freezes; the last one out unfreezes, unless the heap was already frozen when the first
+    came in (an embedding program's own `gc.freeze()`: left as it was). Blocks overlap only
+    when runs share a process's threads: none of tuitrain's do today (the parity check runs
+    its two one after the other), a program calling the engine from two threads could."""
+    global _loops, _ours
     with _lock:
         if _loops == 0:
+            _ours = gc.get_freeze_count() == 0
+            gc.collect()
             gc.freeze()
         _loops += 1
     try:
@@ -113,5 +121,5 @@ def frozen_heap() -> Iterator[None]:
     finally:
         with _lock:
             _loops -= 1
-            if _loops == 0:
+            if _loops == 0 and _ours:
                 gc.unfreeze()
