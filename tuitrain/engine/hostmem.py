@@ -104,16 +104,17 @@ def set_host_malloc(mode: str) -> str:
 def frozen_heap() -> Iterator[None]:
     """Keep the objects alive now out of Python's garbage collections while the block runs.
 
-    The first block to enter collects once (garbage now would otherwise wait for the end) and
-    freezes; the last one out unfreezes, unless the heap was already frozen when the first
-    came in (an embedding program's own `gc.freeze()`: left as it was). Blocks overlap only
+    The first block to enter freezes, the last one out unfreezes, unless the heap was already
+    frozen when the first came in (an embedding program's own `gc.freeze()`: left as it was).
+    No collection first: it would cost every run a full one (100-300 ms, in a test suite of
+    hundreds of runs half a minute); garbage of the moment (a few dozen objects after a run,
+    no tensors) waits for the unfreeze. Blocks overlap only
     when runs share a process's threads: none of tuitrain's do today (the parity check runs
     its two one after the other), a program calling the engine from two threads could."""
     global _loops, _ours
     with _lock:
         if _loops == 0:
             _ours = gc.get_freeze_count() == 0
-            gc.collect()
             gc.freeze()
         _loops += 1
     try:
