@@ -106,11 +106,11 @@ def frozen_heap() -> Iterator[None]:
 
     The first block to enter freezes, the last one out unfreezes, unless the heap was already
     frozen when the first came in (an embedding program's own `gc.freeze()`: left as it was).
-    No collection first: it would cost every run a full one (100-300 ms, in a test suite of
-    hundreds of runs half a minute); garbage of the moment (a few dozen objects after a run,
-    no tensors) waits for the unfreeze. Blocks overlap only
-    when runs share a process's threads: none of tuitrain's do today (the parity check runs
-    its two one after the other), a program calling the engine from two threads could."""
+    No collection first: it would cost every run start a full one (about 140 ms on a 2-core
+    CPU with torch and Textual loaded); garbage of the moment (a few dozen objects after a
+    run, no tensors) waits for the unfreeze. Blocks overlap only when runs share a process's
+    threads: none of tuitrain's do today (the parity check runs its two one after the other),
+    a program calling the engine from two threads could."""
     global _loops, _ours
     with _lock:
         if _loops == 0:
