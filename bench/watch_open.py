@@ -183,8 +183,8 @@ def child_follow(path: Path) -> None:
     """In a fresh process: the first poll of the whole file, then a snapshot."""
     import gc
 
-    from tuitrain.metrics.follow import JsonlFollower
     from tuitrain.metrics.store import MetricStore
+    from tuitrain.rundir.follow import JsonlFollower
 
     gc.collect()
     rss0, hwm0 = rss_bytes(), vm_kb("self", "VmHWM") * 1024

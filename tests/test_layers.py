@@ -22,7 +22,7 @@ ABOVE_ENGINE = (
 )
 # DESIGN's layers, top to bottom: each imports only the layers below it (tuitrain itself, the
 # package's lazy face, sits beside them)
-LAYERS = ("cli", "commands", "ui", "host", "client", "engine", "metrics", "core")
+LAYERS = ("cli", "commands", "ui", "host", "client", "engine", "rundir", "metrics", "core")
 
 
 def imports(path: Path, module_level_only: bool = False) -> Iterator[str]:

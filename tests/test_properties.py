@@ -30,8 +30,8 @@ from tuitrain.core.errors import UserError
 from tuitrain.engine.checkpoint import CheckpointError, find_latest, load_checkpoint
 from tuitrain.engine.data.idx import read_idx, read_split
 from tuitrain.engine.state import SOURCE_KEY, check_resumable
-from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.store import MetricStore
+from tuitrain.rundir.follow import JsonlFollower
 
 FAST = settings(max_examples=150, deadline=None, derandomize=True)
 SLOW = settings(

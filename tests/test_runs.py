@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tuitrain.commands.runs import TAIL_MAX_BYTES, list_runs, main, read_row
-from tuitrain.core.rundir import RunDirLock
+from tuitrain.commands.runs import list_runs, main, read_row
 from tuitrain.metrics.records import MAX_HEADER_BYTES, MAX_RECORD_BYTES, STEP_MAX
+from tuitrain.rundir.lock import RunDirLock
+from tuitrain.rundir.read import TAIL_MAX_BYTES
 
 
 def write(run: Path, records: list[dict]) -> Path:
@@ -148,7 +149,7 @@ def test_steps_outside_the_contracts_range_are_not_counted(tmp_path: Path, bad: 
 def test_a_script_run_is_listed_with_its_steps_per_second(tmp_path: Path) -> None:
     """A script's run has no samples/s: the table shows its steps/s (from step_time_s)
     rather than a dash; a run with samples/s keeps showing those."""
-    from tuitrain.metrics.format import rate_text
+    from tuitrain.rundir.summary import rate_text
 
     run = write(
         tmp_path / "script",

@@ -60,7 +60,7 @@ def test_the_refusal_comes_before_torch_is_imported(tmp_path: Path) -> None:
     """A held run dir is refused in a blink (no ~5 s torch import first), for a new run and a
     resume alike; a free one, or one whose run has ended, is not refused by the probe."""
     from tuitrain.core.errors import UserError
-    from tuitrain.core.rundir import RunDirLock, refuse_if_held
+    from tuitrain.rundir.lock import RunDirLock, refuse_if_held
 
     refuse_if_held(tmp_path)  # no lock file yet
     lock = RunDirLock(tmp_path)  # what a live run holds (its pid inside)
@@ -99,7 +99,8 @@ def test_the_probe_leaves_an_odd_lock_file_to_the_lock(tmp_path: Path, kind: str
     import os
 
     from tuitrain.core.errors import UserError
-    from tuitrain.core.rundir import LOCK_NAME, RunDirLock, refuse_if_held, resumed_run_dir
+    from tuitrain.rundir.layout import LOCK_NAME, resumed_run_dir
+    from tuitrain.rundir.lock import RunDirLock, refuse_if_held
 
     odd = tmp_path / LOCK_NAME
     os.mkfifo(odd) if kind == "fifo" else odd.mkdir()

@@ -22,7 +22,6 @@ import torch
 import tuitrain
 from tuitrain.client import core as client
 from tuitrain.core.errors import UserError
-from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.records import (
     CONTRACT_FIELDS,
     MAX_HEADER_BYTES,
@@ -31,6 +30,7 @@ from tuitrain.metrics.records import (
     user_field,
 )
 from tuitrain.metrics.store import MetricStore
+from tuitrain.rundir.follow import JsonlFollower
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from tuitrain.commands.export import main as export_main
-from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.store import MetricStore
+from tuitrain.rundir.follow import JsonlFollower
 
 
 def records(run_dir: Path) -> list[dict]:

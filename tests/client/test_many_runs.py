@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tuitrain.client import core as client
-from tuitrain.client import rundirs
+from tuitrain.rundir import manifest as rundirs
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"

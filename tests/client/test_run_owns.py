@@ -13,7 +13,7 @@ import pytest
 
 from tests.client.test_run_hostile import check_end, gone, last_end, records, wait_until
 from tuitrain.commands import run as run_cmd
-from tuitrain.core.rundir import RunDirLock
+from tuitrain.rundir.lock import RunDirLock
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

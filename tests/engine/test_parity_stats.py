@@ -252,9 +252,9 @@ def test_the_verdict_becomes_an_event_of_the_run_it_was_started_from(tmp_path) -
 
     from tuitrain.metrics.parity_report import EpochRow, ParityResult, record_verdict
     from tuitrain.metrics.records import end_record
-    from tuitrain.metrics.runfile import read_records
     from tuitrain.metrics.sinks import JsonlSink
     from tuitrain.metrics.store import MetricStore
+    from tuitrain.rundir.read import read_records
 
     run = tmp_path / "run"
     sink = JsonlSink(run / "metrics.jsonl")

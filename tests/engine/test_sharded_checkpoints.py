@@ -191,7 +191,7 @@ def test_export_names_the_run_dir_of_a_checkpoint_it_is_given(tmp_path: Path, ca
 
 
 def test_the_ending_lines_count_sharded_checkpoints(tmp_path: Path) -> None:
-    from tuitrain.metrics.ending import checkpoint_count
+    from tuitrain.rundir.ending import checkpoint_count
 
     save(tmp_path, 2)
     save(tmp_path, 4)

@@ -1,6 +1,6 @@
 """The control channel's host end: only the run's own user's well-formed requests are obeyed,
 each is answered by an event record, and links, strangers' files and open directories are
-refused (tuitrain.core.channel, tuitrain.host.steer)."""
+refused (tuitrain.rundir.control, tuitrain.host.steer)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tuitrain.core.channel import (
-    CONTROL_DIR,
-    ChannelError,
-    Inbox,
-    send_request,
-    steerable,
-)
 from tuitrain.core.control import Control
 from tuitrain.core.errors import EXIT_STOPPED
-from tuitrain.core.rundir import RunDirLock
 from tuitrain.host.steer import Listener
+from tuitrain.rundir.control import CONTROL_DIR, ChannelError, Inbox, send_request, steerable
+from tuitrain.rundir.lock import RunDirLock
 
 
 def listener(run_dir: Path) -> tuple[Listener, Control, list[dict]]:

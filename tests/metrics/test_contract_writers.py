@@ -49,10 +49,10 @@ CONTRACT = PACKAGE / "metrics" / "records.py"
 # them), and the sink's serializer, which copies a built record's type to the front of its
 # JSON line.
 ALLOWED = {
-    ("metrics/follow.py", 'TRAIN_PREFIX = b\'{"type": "train"\''),
-    ("metrics/follow.py", 'EVENT_PREFIX = b\'{"type": "event"\''),
-    ("metrics/follow.py", 'NON_TRAIN_LINE = re.compile(rb\'\\n(?!\\{"type": "train")([^\\n]*)\')'),
-    ("metrics/follow.py", 'Only the train lines the engine writes (`{"type": "train"` first)'),
+    ("rundir/follow.py", 'TRAIN_PREFIX = b\'{"type": "train"\''),
+    ("rundir/follow.py", 'EVENT_PREFIX = b\'{"type": "event"\''),
+    ("rundir/follow.py", 'NON_TRAIN_LINE = re.compile(rb\'\\n(?!\\{"type": "train")([^\\n]*)\')'),
+    ("rundir/follow.py", 'Only the train lines the engine writes (`{"type": "train"` first)'),
     ("metrics/sinks.py", 'ordered["type"] = _clean(record["type"])'),
 }
 TYPE_TEXT = re.compile(r"""["']type["']\s*:\s*\S|\[\s*["']type["']\s*\]\s*=(?!=)""")

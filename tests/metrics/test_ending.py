@@ -6,9 +6,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from tuitrain.metrics.ending import ending_lines, traceback_site
 from tuitrain.metrics.records import end_record, eval_record, header_record, train_record
 from tuitrain.metrics.sinks import JsonlSink
+from tuitrain.rundir.ending import ending_lines, traceback_site
 
 TRAIN = dict(
     epoch=1.0, samples=2560, loss=0.5, lr=1e-3, samples_per_s=1000.0, step_time_s=0.25,
@@ -131,7 +131,7 @@ def test_the_dashboard_ends_with_the_run_it_wrote_last(tmp_path: Path, monkeypat
 
 
 def test_a_comparison_ends_with_each_run_and_the_gate_between_them(tmp_path: Path) -> None:
-    from tuitrain.metrics.ending import compare_lines
+    from tuitrain.rundir.ending import compare_lines
 
     a = write_run(tmp_path / "a", "completed", "done")
     b = write_run(tmp_path / "b", "failed", "the loss became NaN")

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from tuitrain.metrics import MetricStore
-from tuitrain.metrics.follow import JsonlFollower, resolve_metrics_path
+from tuitrain.rundir.follow import JsonlFollower, resolve_metrics_path
 
 
 def line(rec: dict) -> str:
@@ -108,9 +108,9 @@ def test_resolve_metrics_path(tmp_path: Path) -> None:
 def test_chunked_reads_keep_lines_whole(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     """Reads in chunks far smaller than the file (lines cut at every boundary) give the
     store what one read gives: the catch-up, then a live append."""
-    monkeypatch.setattr("tuitrain.metrics.follow.CHUNK_BYTES", 97)
-    monkeypatch.setattr("tuitrain.metrics.follow.CATCHUP_TRAIN_POINTS", 64)
-    monkeypatch.setattr("tuitrain.metrics.follow.CATCHUP_TAIL", 16)
+    monkeypatch.setattr("tuitrain.rundir.follow.CHUNK_BYTES", 97)
+    monkeypatch.setattr("tuitrain.rundir.follow.CATCHUP_TRAIN_POINTS", 64)
+    monkeypatch.setattr("tuitrain.rundir.follow.CATCHUP_TAIL", 16)
     path = tmp_path / "metrics.jsonl"
     recs = [{"type": "header", "preset": "chunks"}]
     for step in range(1, 1001):
@@ -139,7 +139,7 @@ def test_catch_up_keeps_what_a_full_replay_keeps(tmp_path: Path, monkeypatch) ->
     """Thinning train lines and old events changes nothing the store keeps but the density
     of the train history: header, end, evals, the newest events, the latest record, the
     val series and the recent train points are those of pushing every record in order."""
-    monkeypatch.setattr("tuitrain.metrics.follow.CATCHUP_TRAIN_POINTS", 256)
+    monkeypatch.setattr("tuitrain.rundir.follow.CATCHUP_TRAIN_POINTS", 256)
     recs: list[dict] = [{"type": "header", "preset": "full"}]
     for step in range(1, 3001):
         recs.append(train(step))

@@ -13,24 +13,21 @@ import pytest
 
 from tuitrain.commands.export import csv_columns
 from tuitrain.core.hooks import run_hook
-from tuitrain.core.rundir import RunDirLock
 from tuitrain.host.stdio import can_draw_ui
 from tuitrain.metrics.format import format_eval_line
 from tuitrain.metrics.records import MAX_HEADER_BYTES, STEP_MAX
-from tuitrain.metrics.runfile import (
-    SILENT_FLOOR_S,
-    SILENT_UNKNOWN_S,
+from tuitrain.rundir.lock import RunDirLock
+from tuitrain.rundir.read import (
     LineTail,
     RunTargetError,
     classify_line,
     find_runs,
     metrics_path,
     read_records,
-    run_status,
     run_target,
-    silent_after_s,
-    summarize_run,
 )
+from tuitrain.rundir.state import SILENT_FLOOR_S, SILENT_UNKNOWN_S, run_status, silent_after_s
+from tuitrain.rundir.summary import summarize_run
 
 LM = {
     "name": "charlm",

@@ -22,8 +22,8 @@ from tuitrain.metrics import (
     format_eval_line,
     format_train_line,
     human_bytes,
-    read_jsonl,
 )
+from tuitrain.rundir.read import read_jsonl
 
 HEADER = {
     "type": "header",

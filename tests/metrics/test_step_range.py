@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from tuitrain.commands.export import Reading, main
-from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.records import STEP_MAX
 from tuitrain.metrics.store import MetricStore
+from tuitrain.rundir.follow import JsonlFollower
 
 BAD_STEPS = [-1, -(2**63), STEP_MAX + 1, 2**64, 10**400, 2.5, 3.0, True, "7", [1]]
 IDS = ["-1", "-2^63", "2^63", "2^64", "10^400", "2.5", "3.0", "True", "text", "list"]

@@ -19,8 +19,8 @@ from tests.ui.fake_records import records
 from tests.ui.pilot_tools import text_of, wait_for
 from tests.ui.test_watch import write_lines
 from tuitrain.cli import main as cli_main
-from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.store import MetricStore
+from tuitrain.rundir.follow import JsonlFollower
 from tuitrain.ui.compare import COLORS, NAMES, CompareApp, Source
 from tuitrain.ui.screens.help import HelpScreen
 

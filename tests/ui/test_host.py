@@ -12,11 +12,11 @@ import pytest
 from tests.ui.pilot_tools import engine_threads, wait_for
 from tuitrain.core.config import load_preset
 from tuitrain.core.errors import EXIT_STOPPED
-from tuitrain.core.rundir import sibling_run_dir
 from tuitrain.host.run import RunHost
 from tuitrain.metrics.records import event_record
 from tuitrain.metrics.sinks import SEQ_KEY
 from tuitrain.metrics.store import MetricStore
+from tuitrain.rundir.layout import sibling_run_dir
 from tuitrain.ui import app as app_module
 
 pytestmark = pytest.mark.timeout(120)

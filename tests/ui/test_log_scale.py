@@ -18,7 +18,7 @@ from textual.widgets import Sparkline
 from tests.ui.fake_records import filled_store
 from tests.ui.pilot_tools import text_of
 from tests.ui.test_compare import run_a, run_b, sources, write_run
-from tuitrain.metrics.follow import JsonlFollower
+from tuitrain.rundir.follow import JsonlFollower
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.compare import CompareApp
 from tuitrain.ui.screens.help import HelpScreen

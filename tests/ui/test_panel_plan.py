@@ -162,7 +162,7 @@ def test_config_set_after_init_survives_the_file_and_reaches_the_config_rows(
     import json
 
     from tuitrain.metrics.records import event_record, header_record
-    from tuitrain.metrics.runfile import read_records
+    from tuitrain.rundir.read import read_records
 
     lines = [
         header_record(preset="s", config={"script": {"lr": 0.05}, "junk": 3}),

@@ -19,9 +19,10 @@ from tests.cli.test_special_files import KINDS
 from tests.ui.fake_records import records
 from tests.ui.pilot_tools import text_of, wait_for
 from tuitrain.commands.watch import WatchError, check_target
-from tuitrain.core.rundir import LOCK_NAME, writer_gone
-from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.store import MetricStore
+from tuitrain.rundir.follow import JsonlFollower
+from tuitrain.rundir.layout import LOCK_NAME
+from tuitrain.rundir.lock import writer_gone
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.compare import summarize
 from tuitrain.ui.widgets.banner import Banner

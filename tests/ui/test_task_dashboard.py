@@ -11,9 +11,9 @@ from tests.ui.pilot_tools import text_of, wait_for
 from tuitrain.core.config import load_preset
 from tuitrain.engine import run
 from tuitrain.host.run import RunHost
-from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.sinks import JsonlSink
 from tuitrain.metrics.store import MetricStore
+from tuitrain.rundir.follow import JsonlFollower
 from tuitrain.ui.app import TEXT_INTERVAL_S, TuitrainApp
 from tuitrain.ui.compare import Source, summarize, table_text
 from tuitrain.ui.screens.metrics import MetricsScreen

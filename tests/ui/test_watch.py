@@ -14,8 +14,8 @@ import pytest
 
 from tests.ui.fake_records import header, records
 from tests.ui.pilot_tools import text_of, wait_for
-from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.store import MetricStore
+from tuitrain.rundir.follow import JsonlFollower
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.widgets.status import StatusBar
 
@@ -144,7 +144,8 @@ async def test_a_run_that_went_silent_without_an_end_is_flagged(tmp_path: Path) 
 
 
 def test_silence_scales_with_the_log_interval() -> None:
-    from tuitrain.ui.view import SILENT_FLOOR_S, silence
+    from tuitrain.rundir.state import SILENT_FLOOR_S
+    from tuitrain.ui.view import silence
 
     store = MetricStore()
     for rec in records("bf16", "cpu", steps=40):

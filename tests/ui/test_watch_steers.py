@@ -14,8 +14,8 @@ from tests.ui.pilot_tools import record_notifications, text_of, wait_for
 from tuitrain.core.config import load_preset
 from tuitrain.core.errors import EXIT_STOPPED
 from tuitrain.host.run import RunHost
-from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.store import MetricStore
+from tuitrain.rundir.follow import JsonlFollower
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.screens.quit import QuitScreen
 from tuitrain.ui.widgets.status import StatusBar

@@ -22,7 +22,7 @@ the script's own metrics, under its own name), events, and an end record written
 exit without `finish`.
 
 Steps follow wandb's and trackio's rule: without `step`, each call is the next step; an
-explicit step moves the counter forward. Each run has a folder of its own (`rundirs`):
+explicit step moves the counter forward. Each run has a folder of its own (`rundir.manifest`):
 `TUITRAIN_RUN_DIR` (set by `tuitrain run -- CMD`) for the script's first run and a fresh
 `<it>-2`, `-3` ... for each later one, else the argument (a fresh sibling when this process
 wrote a run there already), else a fresh `runs/<name>-<timestamp>` (`-2` ... when two start
@@ -66,7 +66,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 import tuitrain
-from tuitrain.client import ranks, rundirs
+from tuitrain.client import ranks
 from tuitrain.core.errors import UserError
 from tuitrain.metrics.alerts import AlertRules
 from tuitrain.metrics.records import (
@@ -87,6 +87,7 @@ from tuitrain.metrics.records import (
     user_field,
     valid_step,
 )
+from tuitrain.rundir import manifest
 
 __all__ = ["Run", "finish", "init", "log", "current"]
 
@@ -315,8 +316,8 @@ class Run:
         group: str | None = None,
         job_type: str | None = None,
     ) -> None:
-        from tuitrain.core.rundir import RunDirLock
         from tuitrain.metrics.sinks import JsonlSink
+        from tuitrain.rundir.lock import RunDirLock
 
         rules = _checked_alerts(alerts)  # one sentence before anything is created
         if isinstance(flush_every, bool) or not isinstance(flush_every, int) or flush_every < 1:
@@ -330,10 +331,10 @@ class Run:
         )
         moved: str | None = None  # why the run is not in the folder asked for
         self.number = 1  # under tuitrain run: this run's place among the script's runs
-        if forced:  # run 1 writes it, later runs a fresh folder beside it (rundirs)
-            self.dir, self.number = rundirs.forced_dir(Path(forced))
+        if forced:  # run 1 writes it, later runs a fresh folder beside it (rundir.manifest)
+            self.dir, self.number = manifest.forced_dir(Path(forced))
         else:
-            self.dir, moved = rundirs.chosen_dir(run_dir, self.name)
+            self.dir, moved = manifest.chosen_dir(run_dir, self.name)
         self.id = self.dir.name  # stable: scripts name checkpoint folders by it
         self.project, self.entity, self.notes = project, entity, notes
         self.group, self.job_type = group, job_type
@@ -583,7 +584,7 @@ class Run:
         self._lock_file.release()
         if self._pointer is not None:
             ranks.remove_pointer(self._pointer, self.dir)
-        rundirs.note_used(self.dir)  # the next run asking for this folder gets one beside it
+        manifest.note_used(self.dir)  # the next run asking for this folder gets one beside it
         self._unhook()
         if _current is self:
             _current = None

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import IO, Any
 
 import tuitrain
-from tuitrain.client.rundirs import read_manifest, start_manifest
 from tuitrain.core.errors import UserError
 from tuitrain.core.safefile import LinkRefused, not_regular, open_nofollow
 from tuitrain.metrics.records import end_record, event_record
-from tuitrain.metrics.runfile import LineTail, last_records
+from tuitrain.rundir.manifest import read_manifest, start_manifest
+from tuitrain.rundir.read import LineTail, last_records
 
 GRACE_S = 10.0
 HOOK_TIMEOUT_S = 60.0  # an --on-alert hook (and what it started) is killed after this
@@ -229,7 +229,7 @@ class Script:
 
     The script may write several runs (a k-fold loop, a second `trainer.train()`): the first
     in the run dir, each later one in a folder beside it that the client lists in the run
-    dir's manifest (`tuitrain.client.rundirs`). `runs()` reads it: each new folder is claimed
+    dir's manifest (`tuitrain.rundir.manifest`). `runs()` reads it: each new folder is claimed
     like the first (its RUN_LOCK_NAME, until `finish`), and `finish` gives each run an end
     record (`ensure_end`; only the newest takes the exit code over an end of its own)."""
 
@@ -258,7 +258,7 @@ class Script:
         run_dir.mkdir(parents=True, exist_ok=True)
         self._run_lock = claim_run_dir(run_dir)
         try:
-            from tuitrain.core.rundir import refuse_if_held
+            from tuitrain.rundir.lock import refuse_if_held
 
             refuse_if_held(run_dir)  # a hosted run or a script of its own writing there now
             refuse_special(self.metrics)
@@ -433,7 +433,7 @@ class Script:
         """The leftover-processes event (the newest run) and the end record, as the run dir's
         writer: skipped, with a note, when another writer holds it now (the script was not
         its writer)."""
-        from tuitrain.core.rundir import RunDirLock
+        from tuitrain.rundir.lock import RunDirLock
 
         metrics = run_dir / "metrics.jsonl"
         try:

@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tuitrain.client import rundirs
+from tuitrain.rundir import manifest
 
 RANKS_DIR = "ranks"  # in rank 0's run dir: rank-<N>.jsonl, one per other rank
 POINTER_DIR = ".tuitrain-jobs"  # beside the runs: <job>.json names rank 0's run dir
@@ -79,8 +79,8 @@ def next_job_key() -> str | None:
 def pointer_path(run_dir: str | os.PathLike[str] | None, name: str, key: str) -> Path:
     """Where rank 0's pointer for job `key` lies: beside the folder every rank was given."""
     forced = os.environ.get("TUITRAIN_RUN_DIR")
-    base = Path(forced) if forced else Path(run_dir) if run_dir else rundirs.default_name(name)
-    return rundirs.named(base).parent / POINTER_DIR / f"{key}.json"
+    base = Path(forced) if forced else Path(run_dir) if run_dir else manifest.default_name(name)
+    return manifest.named(base).parent / POINTER_DIR / f"{key}.json"
 
 
 def write_pointer(path: Path, run_dir: Path) -> bool:

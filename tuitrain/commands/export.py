@@ -35,7 +35,7 @@ from tuitrain.metrics.records import (
     task_declaration,
     train_metric_items,
 )
-from tuitrain.metrics.runfile import RunTargetError, classify_line, run_target
+from tuitrain.rundir.read import RunTargetError, classify_line, run_target
 
 # CSV columns: one row per train or eval record, validation columns filled on eval rows.
 # These are a classification run's (its declaration's validation metrics, records.

@@ -100,7 +100,7 @@ class RunFigures:
 
 def metrics_path(target: str) -> Path:
     """The metrics file of an existing run (runfile's rule), or UserError (exit 2)."""
-    from tuitrain.metrics.runfile import run_target
+    from tuitrain.rundir.read import run_target
 
     path = run_target(target)
     if not path.is_file():

@@ -17,7 +17,7 @@ non-zero after an end record saying "completed" gets a later end record saying i
 
 A script may write several runs (a k-fold loop, `init` after `finish`, a second HF
 `train()`): the first writes the run dir, each later one a fresh `RUN_DIR-2`, `-3` ...
-beside it, listed in RUN_DIR/.tuitrain-runs.jsonl (`tuitrain.client.rundirs`). The dashboard
+beside it, listed in RUN_DIR/.tuitrain-runs.jsonl (`tuitrain.rundir.manifest`). The dashboard
 follows the newest (its event log says which run started where), `--no-ui` prints a line
 when one starts and labels the records `run N:`, the last lines list every run dir with how
 it ended, and each gets its own end record (a run the script finished keeps its own; the
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def default_run_dir(name: str) -> Path:
     """runs/NAME-TIMESTAMP, made now (NAME-TIMESTAMP-2 ... when two start in one second)."""
-    from tuitrain.client.rundirs import default_name, fresh_dir
+    from tuitrain.rundir.manifest import default_name, fresh_dir
 
     return fresh_dir(default_name(name))
 
@@ -115,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UserError(f"--grace-s {args.grace_s:g} must be a positive number of seconds.")
         name = args.name or script_name(command)
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(name)
-        from tuitrain.core.rundir import refuse_if_held
+        from tuitrain.rundir.lock import refuse_if_held
 
         refuse_if_held(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = run_headless(script, args.on_alert)
     else:
         code = run_dashboard(script, args.on_alert)
-        from tuitrain.metrics.ending import print_ending
+        from tuitrain.rundir.ending import print_ending
 
         print_ending(run_dir, "tuitrain run")  # the dashboard is gone: what happened, what next
     for note in script.notes:

@@ -28,15 +28,9 @@ from datetime import datetime
 from pathlib import Path
 
 from tuitrain.core.errors import EXIT_USAGE, OneLineParser, UserError
-from tuitrain.metrics.format import COLUMNS, cells
-from tuitrain.metrics.runfile import (  # noqa: F401 - re-exported
-    SILENT_UNKNOWN_S,
-    TAIL_BYTES,
-    TAIL_MAX_BYTES,
-    RunSummary,
-    find_runs,
-    summarize_run,
-)
+from tuitrain.rundir.read import find_runs
+from tuitrain.rundir.state import SILENT_UNKNOWN_S
+from tuitrain.rundir.summary import COLUMNS, RunSummary, cells, summarize_run
 
 SILENT_AFTER_S = SILENT_UNKNOWN_S  # kept for callers: the silence rule is runfile's
 

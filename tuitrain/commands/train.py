@@ -23,11 +23,12 @@ from tuitrain.core.config import (
     overrides_from,
 )
 from tuitrain.core.errors import OneLineParser, UserError, usable_path
-from tuitrain.core.rundir import refuse_if_held, resumed_run_dir
 from tuitrain.core.text import strip_controls
 from tuitrain.host.launch import resume_config, run_headless
 from tuitrain.host.signals import defer_signals, early_signal, undefer_signals
 from tuitrain.host.stdio import print_out
+from tuitrain.rundir.layout import resumed_run_dir
+from tuitrain.rundir.lock import refuse_if_held
 
 ENVIRONMENT_HELP = """environment:
   TUITRAIN_DATA        folder with Fashion-MNIST's IDX files (after --data-dir)
@@ -214,7 +215,7 @@ def run_ui(cfg: Config, overrides: list[str], resume: dict[str, Any] | None = No
         code = run_ui_rank0(cfg, overrides, resume)
     else:
         code = run_app(cfg, overrides, resume=resume)
-    from tuitrain.metrics.ending import print_ending
+    from tuitrain.rundir.ending import print_ending
 
     print_ending(last_run_dir(cfg, started))  # the dashboard is gone: what happened, what next
     return code
@@ -223,7 +224,7 @@ def run_ui(cfg: Config, overrides: list[str], resume: dict[str, Any] | None = No
 def last_run_dir(cfg: Config, since: float) -> Path | None:
     """The run dir the dashboard wrote last: --run-dir's, or the newest under the default
     runs folder written since `since` (a preset switch starts another run dir)."""
-    from tuitrain.core.rundir import default_run_dir
+    from tuitrain.rundir.layout import default_run_dir
 
     candidates = [Path(cfg.run.run_dir).expanduser()] if cfg.run.run_dir else []
     with contextlib.suppress(OSError):

@@ -9,7 +9,7 @@ memory (`JsonlFollower`'s catch-up). The viewer reads the run's records and offe
 keys that act on them; `q` closes it at once and leaves the run alone. A live run that
 tuitrain hosts (the dashboard's, or a headless one) listens on RUN_DIR/control/, a directory
 only its user may write: there the viewer's space (pause/resume), s (checkpoint), f
-(profile) and x (stop, asked first) steer it (`tuitrain.core.channel`). It draws on a
+(profile) and x (stop, asked first) steer it (`tuitrain.rundir.control`). It draws on a
 terminal, or through the driver that
 TEXTUAL_DRIVER names: `textual serve --command "tuitrain watch RUN_DIR"` (textual-dev) sets it
 to Textual's web driver and serves the viewer to browsers over pipes, one process per
@@ -34,7 +34,8 @@ from pathlib import Path
 
 from tuitrain.core.errors import EXIT_USAGE, OneLineParser, UserError, usable_path
 from tuitrain.core.safefile import NotRegular, kind_of, open_regular
-from tuitrain.metrics.runfile import METRICS_NAME, has_run_files, metrics_path
+from tuitrain.rundir.layout import METRICS_NAME
+from tuitrain.rundir.read import has_run_files, metrics_path
 
 MAX_POLL_S = 3600.0  # --poll: seconds between file checks, above 0 and at most this
 FORCE_EXIT_S = 5.0  # a viewer asked to stop (signal, server gone) still here then is ended
@@ -224,7 +225,7 @@ def main(argv: Sequence[str] | None = None, back_to: str | None = None) -> int:
 
 def watch_one(path: Path, poll_s: float, back_to: str | None = None) -> int:
     from tuitrain.metrics import MetricStore
-    from tuitrain.metrics.follow import JsonlFollower
+    from tuitrain.rundir.follow import JsonlFollower
 
     store = MetricStore()
     follower = JsonlFollower(path, store, poll_s=poll_s)
@@ -244,7 +245,7 @@ def watch_one(path: Path, poll_s: float, back_to: str | None = None) -> int:
     finally:
         follower.stop()
     if path.name == METRICS_NAME and back_to is None:  # the viewer is gone: what happened
-        from tuitrain.metrics.ending import print_ending
+        from tuitrain.rundir.ending import print_ending
 
         print_ending(path.parent, "tuitrain watch")
     return code
@@ -252,7 +253,7 @@ def watch_one(path: Path, poll_s: float, back_to: str | None = None) -> int:
 
 def compare(paths: Sequence[Path], poll_s: float, back_to: str | None = None) -> int:
     from tuitrain.metrics import MetricStore
-    from tuitrain.metrics.follow import JsonlFollower
+    from tuitrain.rundir.follow import JsonlFollower
     from tuitrain.ui.compare import COLORS, NAMES, CompareApp, Source
 
     sources = [
@@ -273,7 +274,7 @@ def compare(paths: Sequence[Path], poll_s: float, back_to: str | None = None) ->
         for follower in followers:
             follower.stop()
     if all(path.name == METRICS_NAME for path in paths):  # the viewer is gone: each run's end
-        from tuitrain.metrics.ending import print_ending
+        from tuitrain.rundir.ending import print_ending
 
         print_ending(None, compare=[path.parent for path in paths])
     return code

@@ -36,8 +36,8 @@ import numpy as np
 import torch
 
 from tuitrain.core.errors import UserError
-from tuitrain.core.rundir import CKPT_DIR
 from tuitrain.core.safefile import NotRegular, open_nofollow, open_regular, read_regular_text
+from tuitrain.rundir.layout import CKPT_DIR
 
 LATEST = "latest"
 _NAME = re.compile(r"^ckpt-step(\d{8})\.(pt|dcp)$")  # a whole file or a sharded folder

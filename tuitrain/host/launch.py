@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 def run_dir_of_checkpoint(path: Path) -> Path:
     """The run dir a checkpoint lies in (<run_dir>/checkpoints/ckpt-stepN.pt), or a refusal:
     its parent's parent (a home directory, say) is no run dir to write in."""
-    from tuitrain.core.rundir import CKPT_DIR, resumed_run_dir
+    from tuitrain.rundir.layout import CKPT_DIR, resumed_run_dir
 
     run_dir = resumed_run_dir(str(path))
     if run_dir is not None:

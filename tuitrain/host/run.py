@@ -29,12 +29,13 @@ from typing import IO, TYPE_CHECKING, Any
 from tuitrain.core.config import Config
 from tuitrain.core.control import Control
 from tuitrain.core.errors import EXIT_FAILED
-from tuitrain.core.rundir import RunDirLock, prepare_run_dir, write_resolved_config
 from tuitrain.host.signals import SIGNAL_NAMES, early_signal, stop_if_orphaned, stop_run_on_signals
 from tuitrain.host.stdio import native_stderr_to, open_log, write_quietly
 from tuitrain.metrics.records import Record, amended_end, end_record, event_record
 from tuitrain.metrics.sinks import ConsoleSink, FanOutSink, JsonlSink, Sink, TimelineStoreSink
 from tuitrain.metrics.store import MetricStore
+from tuitrain.rundir.layout import prepare_run_dir, write_resolved_config
+from tuitrain.rundir.lock import RunDirLock
 
 if TYPE_CHECKING:
     from tuitrain.engine.setup import DistInfo

@@ -1,4 +1,4 @@
-"""The host's end of the control channel (`tuitrain.core.channel`): a thread that reads the
+"""The host's end of the control channel (`tuitrain.rundir.control`): a thread that reads the
 requests a viewer (`tuitrain watch`) drops in the run dir and hands them to the run's
 `Control`, as the dashboard's keys do; the engine acts on them at its next step boundary.
 Each request is answered by an event record (kind "control": `command`, `request`, and
@@ -15,10 +15,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from tuitrain.core.channel import ChannelError, Inbox, Request
 from tuitrain.core.control import Control
 from tuitrain.core.errors import EXIT_STOPPED
 from tuitrain.metrics.records import Record, event_record
+from tuitrain.rundir.control import ChannelError, Inbox, Request
 
 POLL_S = 0.2  # how often the channel is read; the engine acts at its next step boundary
 STOP_REASON = "stopped from tuitrain watch"

@@ -21,7 +21,6 @@ from tuitrain.metrics.sinks import (
     NullSink,
     Sink,
     StoreSink,
-    read_jsonl,
 )
 from tuitrain.metrics.store import MetricStore, Series, Snapshot
 
@@ -42,5 +41,4 @@ __all__ = [
     "format_record",
     "format_train_line",
     "human_bytes",
-    "read_jsonl",
 ]

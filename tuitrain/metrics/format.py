@@ -9,11 +9,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from tuitrain.metrics.runfile import RunSummary
+from typing import Any
 
 from tuitrain.metrics.records import (
     CLASSIFY_DECLARATION,
@@ -324,42 +320,3 @@ def format_record(rec: Record, header: Record | None = None) -> str | None:
 def is_error_record(rec: Record) -> bool:
     """True for warning/error events (they belong on stderr)."""
     return rec.get("type") == "event" and rec.get("level") in ("warning", "error")
-
-
-# --------------------------------------------------------------------------- a run's row
-
-
-def duration_text(seconds: float | None) -> str:
-    return "–" if seconds is None else format_duration(seconds)
-
-
-def rate_text(row: RunSummary) -> str:
-    """tokens/s, else samples/s, else steps/s (a script's run, whose samples are unknown)."""
-    if row.tokens_per_s is not None:
-        return f"{row.tokens_per_s:,.0f} tok/s"
-    if row.samples_per_s is not None:
-        return f"{row.samples_per_s:,.0f}/s"
-    if row.step_time_s is not None and row.step_time_s > 0:
-        return f"{format_value(1.0 / row.step_time_s)} steps/s"
-    return "–"
-
-
-def cells(row: RunSummary) -> list[str]:
-    """One run as `tuitrain runs` lists it (the terminal table and the plain one)."""
-    best = (
-        "–" if row.best is None else f"{row.best_metric} {format_metric(row.best, row.best_format)}"
-    )
-    started = "–"
-    if row.started:
-        try:
-            started = datetime.fromisoformat(row.started).astimezone(UTC).strftime("%Y-%m-%d %H:%M")
-        except ValueError:
-            started = row.started[:16]
-    return [
-        row.name, row.status, row.preset or row.task or "–",
-        "–" if row.steps is None else f"{row.steps:,}", best, rate_text(row),
-        duration_text(row.duration_s), started,
-    ]  # fmt: skip
-
-
-COLUMNS = ["run", "status", "preset", "steps", "best", "throughput", "duration", "started"]

@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -50,7 +50,6 @@ __all__ = [
     "NullSink",
     "Sink",
     "StoreSink",
-    "read_jsonl",
     "to_json_line",
 ]
 
@@ -315,15 +314,6 @@ class JsonlSink(Sink):
                     self._give_up(exc)
                 finally:
                     self._file = None
-
-
-def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Yield each record of a metrics file as JsonlSink wrote it: runfile's reader (blank,
-    invalid and non-record lines and lines over the limit skipped, a last line without its
-    newline left out), its fields uncleaned (a writer's round trip)."""
-    from tuitrain.metrics.runfile import read_records
-
-    yield from read_records(path, clean=False)
 
 
 def console_clock(record: Record) -> str:

@@ -36,11 +36,12 @@ from textual.widgets import Footer
 from tuitrain.core.config import Config, describe_presets
 from tuitrain.core.control import MEMORY_ON_CPU
 from tuitrain.core.errors import EXIT_FAILED, EXIT_SIGINT
-from tuitrain.core.rundir import prepare_run_dir
 from tuitrain.host.run import RunHost
 from tuitrain.host.stdio import native_stderr_to, say
 from tuitrain.metrics.format import format_duration
 from tuitrain.metrics.store import MetricStore
+from tuitrain.rundir.layout import prepare_run_dir
+from tuitrain.rundir.state import quiet_seconds
 from tuitrain.ui.panels import is_script_run, panel_ids
 from tuitrain.ui.screens.help import HelpScreen
 from tuitrain.ui.screens.metrics import MetricsScreen
@@ -58,7 +59,6 @@ from tuitrain.ui.view import (
     failure,
     latest_alert,
     progress_after_latest,
-    quiet_seconds,
     silence,
     writer_dead,
 )

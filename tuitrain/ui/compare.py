@@ -28,6 +28,7 @@ from textual.widgets import Footer, Static
 from tuitrain.metrics.format import DASH
 from tuitrain.metrics.records import CLASSIFY_DECLARATION, format_metric, task_declaration
 from tuitrain.metrics.store import MetricStore, Series, Snapshot
+from tuitrain.rundir.state import quiet_seconds
 from tuitrain.ui.screens.help import HelpScreen, binding_commands
 from tuitrain.ui.stopping import StoppingApp
 from tuitrain.ui.view import (
@@ -37,7 +38,6 @@ from tuitrain.ui.view import (
     derived_state,
     format_rate,
     median,
-    quiet_seconds,
     silence,
     smoothed_series,
     writer_dead,

@@ -26,8 +26,8 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static
 
 from tuitrain.core.text import strip_controls
-from tuitrain.metrics.format import COLUMNS, cells
-from tuitrain.metrics.runfile import RunSummary as RunRow
+from tuitrain.rundir.summary import COLUMNS, cells
+from tuitrain.rundir.summary import RunSummary as RunRow
 from tuitrain.ui.stopping import StoppingApp
 from tuitrain.ui.widgets.panel import esc
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from tuitrain.client.proctree import TreeSampler
 from tuitrain.core.text import strip_controls
-from tuitrain.metrics.follow import JsonlFollower
 from tuitrain.metrics.store import MetricStore
+from tuitrain.rundir.follow import JsonlFollower
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.widgets.output import MAX_OUTPUT_LINES, OutputLog
 

@@ -16,10 +16,10 @@ from textual.message import Message
 
 from tuitrain.core.config import Config, load_preset
 from tuitrain.core.errors import EXIT_STOPPED, UserError
-from tuitrain.core.rundir import sibling_run_dir
 from tuitrain.host.run import RunHost
 from tuitrain.metrics.records import event_record
 from tuitrain.metrics.store import MetricStore
+from tuitrain.rundir.layout import sibling_run_dir
 from tuitrain.ui.stopping import StoppingApp
 from tuitrain.ui.view import host_memory_bytes
 

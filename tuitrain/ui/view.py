@@ -16,16 +16,12 @@ from typing import Any
 
 from tuitrain.metrics.format import DASH, eta_seconds, format_value
 from tuitrain.metrics.records import Record
+from tuitrain.metrics.store import Series, Snapshot
 
 # the silence rule is runfile's, shared with `tuitrain runs` (re-exported for the UI)
-from tuitrain.metrics.runfile import (  # noqa: F401
-    SILENT_FLOOR_S,
-    SILENT_INTERVALS,
-    SILENT_UNKNOWN_S,
-    quiet_seconds,
+from tuitrain.rundir.state import (
     silent_after_s,
 )
-from tuitrain.metrics.store import Series, Snapshot
 
 LOSS_SMOOTHING = 0.6  # EMA weight, as in TensorBoard's and W&B's smoothing slider
 
@@ -140,7 +136,7 @@ def writer_dead(snap: Snapshot, path: Path, quiet_s: float | None) -> bool:
     """Watch mode: the run has a header and no end record, its file has been still for a
     second (an end record written just before the writer exited is read by then), and no
     process holds its run dir's lock: it died without saying so."""
-    from tuitrain.metrics.runfile import writer_gone
+    from tuitrain.rundir.lock import writer_gone
 
     if snap.end is not None or snap.header is None or quiet_s is None:
         return False

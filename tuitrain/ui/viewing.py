@@ -4,7 +4,7 @@ the keys it offers, and the steering of a live hosted run through the control ch
 A viewer reads a run's records; it owns no engine. It offers the keys that act on what it
 shows: the view's own (log y, metrics, help, quit), and, while the run it watches is hosted
 by a live tuitrain process of this user that listens on its channel
-(`tuitrain.core.channel.steerable`), pause/resume, checkpoint, profile and stop (asked
+(`tuitrain.rundir.control.steerable`), pause/resume, checkpoint, profile and stop (asked
 first). `q` closes a viewer at once and leaves the run alone.
 """
 
@@ -18,9 +18,9 @@ from pathlib import Path
 from textual.binding import Binding
 from textual.widgets import Static
 
-from tuitrain.core.channel import ChannelError, send_request, steerable
 from tuitrain.host.run import RunHost
 from tuitrain.metrics.store import MetricStore, Snapshot
+from tuitrain.rundir.control import ChannelError, send_request, steerable
 from tuitrain.ui.screens.quit import QuitScreen
 from tuitrain.ui.session import NEEDS_ENGINE, SessionApp
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tuitrain.client import core as client
-from tuitrain.client.rundirs import fresh_dir
+from tuitrain.rundir.manifest import fresh_dir
 from tuitrain.wandb import _shared
 from tuitrain.wandb._shared import Settings
 from tuitrain.wandb.wandb_run import Artifact, Run, RunDisabled, alert_level

@@ -18,19 +18,13 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from tuitrain.core.rundir import CKPT_DIR
 from tuitrain.core.safefile import NotRegular, open_regular
 from tuitrain.core.text import strip_controls
 from tuitrain.metrics.format import format_duration
 from tuitrain.metrics.records import MAX_HEADER_BYTES, format_metric
-from tuitrain.metrics.runfile import (
-    METRICS_NAME,
-    RunSummary,
-    output_tail,
-    parse_line,
-    run_end,
-    summarize_run,
-)
+from tuitrain.rundir.layout import CKPT_DIR, METRICS_NAME
+from tuitrain.rundir.read import output_tail, parse_line
+from tuitrain.rundir.summary import RunSummary, run_end, summarize_run
 
 LAST_OUTPUT_LINES = 10  # a failed script's output shown at the end
 LINE_WIDTH = 200  # a longer output line is cut when shown (output.log keeps it whole)

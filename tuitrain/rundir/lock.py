@@ -1,91 +1,21 @@
-"""The run directory: metrics.jsonl, the resolved config (config.toml) and train.log."""
+"""The run dir's lock: one writer per run dir, and whether the writer of a run is gone.
+
+Rank 0 (or the only process) holds RUN_DIR/.tuitrain.lock exclusively for the run's life,
+its pid and host inside; a DDP job's other ranks hold .tuitrain.ranks.lock shared. flock
+locks go with the process: a killed run leaves no stale lock behind."""
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import socket
-import stat
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tuitrain.core.config import Config
 from tuitrain.core.errors import UserError
-from tuitrain.core.safefile import kind_of, open_nofollow, temp_beside, write_atomic_text
-
-
-def default_run_dir(cfg: Config) -> Path:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{cfg.name}-{stamp}"
-
-
-def prepare_run_dir(cfg: Config, run_dir: str | Path | None = None) -> Path:
-    """Create the run dir and prove it is writable before any training starts."""
-    path = Path(run_dir or cfg.run.run_dir or default_run_dir(cfg)).expanduser()
-    probe = temp_beside(path / ".write-test")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with open_nofollow(probe, "x") as f:  # a name of its own: nothing planted is reused
-            f.write("ok")
-        probe.unlink()
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise UserError(
-            f"run dir {path} is not writable ({reason}); pass --run-dir with a writable folder."
-        ) from exc
-    for name in (CKPT_DIR, "tensorboard"):  # folders a run writes into later: refused now
-        with contextlib.suppress(OSError):
-            mode = os.lstat(path / name).st_mode
-            if not stat.S_ISDIR(mode):
-                raise UserError(
-                    f"{path / name} is {kind_of(mode)}, where tuitrain keeps its {name} "
-                    "folder; remove or rename it, or pass another --run-dir."
-                )
-    return path
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{text}"'
-
-
-def config_to_toml(cfg: Config) -> str:
-    """The resolved config as a preset file: `tuitrain --preset RUN/config.toml` reruns it."""
-    lines = [f"# resolved config of preset {cfg.name}"]
-    for section, values in cfg.to_dict().items():
-        lines.append(f"\n[{section}]")
-        lines += [f"{key} = {_toml_value(val)}" for key, val in values.items()]
-    return "\n".join(lines) + "\n"
-
-
-def write_resolved_config(run_dir: Path, cfg: Config) -> Path:
-    return write_atomic_text(run_dir / "config.toml", config_to_toml(cfg))
-
-
-def sibling_run_dir(previous: Path | None, preset: str) -> Path | None:
-    """A fresh run dir next to `previous` (runs/<preset>-<stamp>), never an existing one."""
-    if previous is None:
-        return None
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = previous.parent / f"{preset}-{stamp}"
-    path = base
-    for n in itertools.count(2):
-        if not path.exists():
-            return path
-        path = base.with_name(f"{base.name}-{n}")
-    return path  # unreachable; keeps type checkers calm
-
-
-CKPT_DIR = "checkpoints"  # <run_dir>/checkpoints/ckpt-stepN.pt (engine.checkpoint uses it)
-LOCK_NAME = ".tuitrain.lock"  # rank 0 (or the only process): exclusive, for the run's life
-RANKS_LOCK_NAME = ".tuitrain.ranks.lock"  # the other DDP ranks: shared, while they live
+from tuitrain.core.safefile import open_nofollow
+from tuitrain.rundir.layout import LOCK_NAME, RANKS_LOCK_NAME
 
 
 def _held_message(run_dir: Path, holder: str) -> str:
@@ -94,15 +24,6 @@ def _held_message(run_dir: Path, holder: str) -> str:
         f"run dir {run_dir} is in use by a running tuitrain (pid {holder}); "
         "stop that run first, or pass another --run-dir."
     )
-
-
-def resumed_run_dir(resume: str) -> Path | None:
-    """The run dir `--resume PATH` continues in without --run-dir: <run_dir> of
-    <run_dir>/checkpoints/ckpt-stepN.pt; None for `auto` or a file elsewhere."""
-    if resume == "auto":
-        return None
-    path = Path(resume).expanduser().resolve()
-    return path.parent.parent if path.parent.name == CKPT_DIR else None
 
 
 def refuse_if_held(run_dir: str | Path | None) -> None:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuitrain.core.rundir import LOCK_NAME
+from tuitrain.rundir.layout import LOCK_NAME
 
 CONTROL_DIR = "control"
 REQUEST_PREFIX = "req-"

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import BinaryIO, cast
 
 from tuitrain.core.safefile import NotRegular, open_regular
-from tuitrain.metrics.runfile import metrics_path, parse_line, step_in_range  # noqa: F401
 from tuitrain.metrics.store import MetricStore
+from tuitrain.rundir.read import metrics_path, parse_line
 
 TRAIN_PREFIX = b'{"type": "train"'
 TRAIN_AFTER_NEWLINE = b"\n" + TRAIN_PREFIX

@@ -1,0 +1,183 @@
+"""The run dir's layout: every file and folder a run dir holds, named once, and the run dir
+made ready for a run (made, proven writable, its later folders checked, its config written).
+
+`RunDir(path)` is the run dir as one object: `RunDir(p).metrics` is its metrics file,
+`.config`, `.train_log`, `.output_log`, `.checkpoints`, `.tensorboard`, `.lock`,
+`.ranks_lock`, `.control`, `.ranks`, `.stacks`, `.manifest` the others. Nothing outside this
+package spells a run dir's file names."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import stat
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tuitrain.core.config import Config
+from tuitrain.core.errors import UserError
+from tuitrain.core.safefile import kind_of, open_nofollow, temp_beside, write_atomic_text
+
+METRICS_NAME = "metrics.jsonl"  # the run's records (the contract), rank 0's for a DDP run
+CONFIG_NAME = "config.toml"  # the resolved config: `tuitrain --preset RUN/config.toml` reruns it
+TRAIN_LOG = "train.log"  # the headless line logs (and a detached dashboard's)
+OUTPUT_LOG = "output.log"  # what `tuitrain run`'s script printed, whole
+CKPT_DIR = "checkpoints"  # <run_dir>/checkpoints/ckpt-stepN.pt (engine.checkpoint uses it)
+TENSORBOARD_DIR = "tensorboard"  # event files, where train.tensorboard is on
+LOCK_NAME = ".tuitrain.lock"  # rank 0 (or the only process): exclusive, for the run's life
+RANKS_LOCK_NAME = ".tuitrain.ranks.lock"  # the other DDP ranks: shared, while they live
+CONTROL_DIR = "control"  # a hosted run's inbox of steering requests (rundir.control)
+RANKS_DIR = "ranks"  # a script's other ranks' reports (rundir.ranks)
+STACKS_DIR = "stacks"  # the stalled-rank watch's stacks and NCCL traces
+MANIFEST_NAME = ".tuitrain-runs.jsonl"  # `tuitrain run`'s list of the script's run dirs
+RUN_FILES = (METRICS_NAME, CONFIG_NAME, TRAIN_LOG)  # what a run dir holds early on
+
+
+class RunDir:
+    """One run dir: its path and the path of every file and folder in it."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunDir) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / METRICS_NAME
+
+    @property
+    def config(self) -> Path:
+        return self.path / CONFIG_NAME
+
+    @property
+    def train_log(self) -> Path:
+        return self.path / TRAIN_LOG
+
+    @property
+    def output_log(self) -> Path:
+        return self.path / OUTPUT_LOG
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / CKPT_DIR
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / TENSORBOARD_DIR
+
+    @property
+    def lock(self) -> Path:
+        return self.path / LOCK_NAME
+
+    @property
+    def ranks_lock(self) -> Path:
+        return self.path / RANKS_LOCK_NAME
+
+    @property
+    def control(self) -> Path:
+        return self.path / CONTROL_DIR
+
+    @property
+    def ranks(self) -> Path:
+        return self.path / RANKS_DIR
+
+    @property
+    def stacks(self) -> Path:
+        return self.path / STACKS_DIR
+
+    @property
+    def manifest(self) -> Path:
+        return self.path / MANIFEST_NAME
+
+
+def default_run_dir(cfg: Config) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{cfg.name}-{stamp}"
+
+
+def prepare_run_dir(cfg: Config, run_dir: str | Path | None = None) -> Path:
+    """Create the run dir and prove it is writable before any training starts."""
+    path = Path(run_dir or cfg.run.run_dir or default_run_dir(cfg)).expanduser()
+    probe = temp_beside(path / ".write-test")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with open_nofollow(probe, "x") as f:  # a name of its own: nothing planted is reused
+            f.write("ok")
+        probe.unlink()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UserError(
+            f"run dir {path} is not writable ({reason}); pass --run-dir with a writable folder."
+        ) from exc
+    for name in (CKPT_DIR, TENSORBOARD_DIR):  # folders a run writes into later: refused now
+        with contextlib.suppress(OSError):
+            mode = os.lstat(path / name).st_mode
+            if not stat.S_ISDIR(mode):
+                raise UserError(
+                    f"{path / name} is {kind_of(mode)}, where tuitrain keeps its {name} "
+                    "folder; remove or rename it, or pass another --run-dir."
+                )
+    return path
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
+
+
+def config_to_toml(cfg: Config) -> str:
+    """The resolved config as a preset file: `tuitrain --preset RUN/config.toml` reruns it."""
+    lines = [f"# resolved config of preset {cfg.name}"]
+    for section, values in cfg.to_dict().items():
+        lines.append(f"\n[{section}]")
+        lines += [f"{key} = {_toml_value(val)}" for key, val in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_resolved_config(run_dir: Path, cfg: Config) -> Path:
+    return write_atomic_text(RunDir(run_dir).config, config_to_toml(cfg))
+
+
+def sibling_run_dir(previous: Path | None, preset: str) -> Path | None:
+    """A fresh run dir next to `previous` (runs/<preset>-<stamp>), never an existing one."""
+    if previous is None:
+        return None
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = previous.parent / f"{preset}-{stamp}"
+    path = base
+    for n in itertools.count(2):
+        if not path.exists():
+            return path
+        path = base.with_name(f"{base.name}-{n}")
+    return path  # unreachable; keeps type checkers calm
+
+
+def resumed_run_dir(resume: str) -> Path | None:
+    """The run dir `--resume PATH` continues in without --run-dir: <run_dir> of
+    <run_dir>/checkpoints/ckpt-stepN.pt; None for `auto` or a file elsewhere."""
+    if resume == "auto":
+        return None
+    path = Path(resume).expanduser().resolve()
+    return path.parent.parent if path.parent.name == CKPT_DIR else None
