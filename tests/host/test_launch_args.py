@@ -86,3 +86,47 @@ def test_a_plain_several_node_launch_passes_through_and_wins_over_slurm() -> Non
 def test_the_ranks_command_line_has_no_launcher_flags() -> None:
     argv = ["--nproc", "2", "--nnodes=2", "--rdzv-endpoint", "h:1", "--no-ui", "--max-steps", "3"]
     assert without_nproc(argv) == ["--no-ui", "--max-steps", "3"]
+
+
+@pytest.mark.parametrize("port", ["abc", "99999", "0", "-1", "29 500", "２９５００"])
+def test_a_slurm_master_port_that_is_no_port_is_one_sentence(port: str) -> None:
+    with pytest.raises(UserError, match=r"MASTER_PORT=.* is not a port number \(1 to 65535\)"):
+        launcher_args(8, {**TWO_NODES, "MASTER_PORT": port})
+
+
+@pytest.mark.parametrize("endpoint", ["h:99999", "h:abc", "h:0", "[::1]:70000", "[::1]x"])
+def test_a_rendezvous_endpoint_whose_port_is_no_port_is_one_sentence(endpoint: str) -> None:
+    with pytest.raises(UserError, match=r"--rdzv-endpoint"):
+        launcher_args(2, {}, nnodes=2, rdzv_endpoint=endpoint)
+
+
+@pytest.mark.parametrize("endpoint", ["h", "h:29400", "[::1]:29400", "fe80::1", "10.0.0.1:1"])
+def test_good_rendezvous_endpoints_pass_through(endpoint: str) -> None:
+    assert f"--rdzv_endpoint={endpoint}" in launcher_args(2, {}, nnodes=2, rdzv_endpoint=endpoint)
+
+
+def test_the_cli_says_a_bad_port_in_one_line_and_exits_2(capsys: pytest.CaptureFixture) -> None:
+    from tuitrain.cli import main
+
+    code = main(["--nproc", "2", "--nnodes", "2", "--rdzv-endpoint", "h:99999", "--no-ui"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and "port number" in err[0] and "Traceback" not in err[0], err
+
+
+def test_a_taken_slurm_port_on_the_first_node_is_refused_and_a_free_one_passes() -> None:
+    """Job ids 1,000 apart map to one port: on the node that hosts the rendezvous, a port
+    another process listens on is one sentence before torchrun starts."""
+    import socket
+
+    host = socket.gethostname().split(".")[0]
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other_job:
+        other_job.bind(("", 0))
+        other_job.listen()
+        taken = other_job.getsockname()[1]
+        here = {**TWO_NODES, "SLURM_JOB_NODELIST": f"{host},gpu99", "MASTER_PORT": str(taken)}
+        with pytest.raises(UserError, match=f"port {taken} .*already in use on {host}"):
+            launcher_args(8, here)
+        elsewhere = {**here, "SLURM_JOB_NODELIST": "gpu98,gpu99"}  # not this node: no probe
+        assert f"--rdzv_endpoint=gpu98:{taken}" in launcher_args(8, elsewhere)
+    assert f"--rdzv_endpoint={host}:{taken}" in launcher_args(8, here)  # free again

@@ -173,7 +173,10 @@ def run_ui_rank0(
         return run_app(cfg, overrides, dist=dist, resume=resume)
 
 
-SLURM_PORT_BASE = 29500  # the rendezvous port under SLURM: this + SLURM_JOB_ID mod 1000
+SLURM_PORT_BASE = 29500  # the rendezvous port under SLURM: this + SLURM_JOB_ID mod SPAN
+SLURM_PORT_SPAN = 1000  # jobs whose ids differ by a multiple of this would share a port:
+# the first node bind-tests it before torchrun starts (`check_port_free`)
+MASTER_PORT_FIX = "unset it (tuitrain then picks one from SLURM_JOB_ID) or set a free port"
 RDZV_ID = "tuitrain"  # the rendezvous id of a plain several-node launch (--nnodes)
 SLURM_SPECIAL_STEPS = 0xFFFFFFF0  # step ids from here on: the batch, extern, interactive steps
 
@@ -200,6 +203,7 @@ def launcher_args(
             raise UserError(f"--nnodes {nnodes} must be at least 1.")
         if not rdzv_endpoint.strip() or rdzv_endpoint.startswith(":"):
             raise UserError(f"--rdzv-endpoint {rdzv_endpoint!r} must be HOST or HOST:PORT.")
+        endpoint_port(rdzv_endpoint)
         return [f"--nnodes={nnodes}", per_node, "--rdzv_backend=c10d",
                 f"--rdzv_endpoint={rdzv_endpoint}", f"--rdzv_id={RDZV_ID}"]  # fmt: skip
     slurm = slurm_rendezvous(env)
@@ -251,13 +255,81 @@ def slurm_rendezvous(env: Mapping[str, str]) -> list[str]:
             "unknown: run inside srun, or pass --nnodes and --rdzv-endpoint HOST:PORT."
         )
     job = _slurm(env, "SLURM_JOB_ID")
-    port = env.get("MASTER_PORT", "").strip() or str(
-        SLURM_PORT_BASE + (int(job) if job.isdigit() else 0) % 1000
-    )
+    given = env.get("MASTER_PORT", "").strip()
+    if given:
+        port = port_number(given, f"MASTER_PORT={given!r}", MASTER_PORT_FIX)
+    else:
+        port = SLURM_PORT_BASE + (int(job) if job.isdigit() else 0) % SLURM_PORT_SPAN
+    host = first_host(nodelist)
+    if is_this_host(host):  # the node that hosts the rendezvous store: is its port free?
+        check_port_free(port, host, given)
     # no --node_rank (SLURM_NODEID): the c10d rendezvous numbers the nodes itself, torchrun
     # warns that it ignores one, and SLURM_NODEID counts the job's nodes, not the step's
     return [f"--nnodes={nodes}", "--rdzv_backend=c10d",
-            f"--rdzv_endpoint={first_host(nodelist)}:{port}", f"--rdzv_id={job}"]  # fmt: skip
+            f"--rdzv_endpoint={host}:{port}", f"--rdzv_id={job}"]  # fmt: skip
+
+
+def port_number(text: str, what: str, fix: str) -> int:
+    """`text` as a TCP port (1 to 65535), else one sentence naming `what` and the fix:
+    torchrun would print a 46-line traceback and exit 1."""
+    digits = text.strip()
+    port = int(digits) if digits.isascii() and digits.isdigit() else -1
+    if not 1 <= port <= 65535:
+        raise UserError(f"{what} is not a port number (1 to 65535): {fix}.")
+    return port
+
+
+def endpoint_port(endpoint: str) -> int | None:
+    """The port of a `HOST:PORT` rendezvous endpoint (`[v6]:PORT` too), None for a bare HOST
+    (torchrun's default port); a port that is no port number is one sentence."""
+    text = endpoint.strip()
+    if text.startswith("["):  # [::1]:29400
+        _, bracket, rest = text.partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise UserError(f"--rdzv-endpoint {endpoint!r} must be HOST or HOST:PORT.")
+        port = rest[1:] if rest else None
+    elif text.count(":") == 1:
+        port = text.rpartition(":")[2]
+    else:  # a bare host, or a bare IPv6 address (no port)
+        port = None
+    if port is None:
+        return None
+    fix = "pass HOST or HOST:PORT with a free port, the same on every node"
+    return port_number(port, f"--rdzv-endpoint {endpoint!r} has port {port!r}, which", fix)
+
+
+def is_this_host(host: str) -> bool:
+    """True when `host` (a SLURM node name) is this machine: its short name matches."""
+    import socket
+
+    mine = socket.gethostname().split(".")[0]
+    return bool(mine) and host.split(".")[0] == mine
+
+
+def check_port_free(port: int, host: str, given: str) -> None:
+    """On the rendezvous host, before torchrun binds it: a port already taken (another job's
+    rendezvous: SLURM job ids SLURM_PORT_SPAN apart map to the same port) is one sentence,
+    not a rendezvous that times out or joins the other job."""
+    import errno
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch's store binds
+        try:
+            probe.bind(("", port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                return  # not ours to judge (no IPv4 here, ...): torchrun says what it finds
+            why = (
+                "MASTER_PORT"
+                if given
+                else f"{SLURM_PORT_BASE} + SLURM_JOB_ID mod {SLURM_PORT_SPAN}"
+            )
+            raise UserError(
+                f"the rendezvous port {port} ({why}) is already in use on {host}, the job's "
+                "first node (another job's rendezvous?): set MASTER_PORT to a free port in the "
+                "job's environment."
+            ) from None
 
 
 def first_host(nodelist: str) -> str:
