@@ -196,3 +196,57 @@ def test_the_ending_lines_count_sharded_checkpoints(tmp_path: Path) -> None:
     save(tmp_path, 2)
     save(tmp_path, 4)
     assert checkpoint_count(tmp_path) == 2
+
+
+def test_a_metadata_naming_more_than_the_shards_hold_is_refused(tmp_path: Path) -> None:
+    """Hostile round 5: one tensor named 400 more times (each name its own storage entry over
+    the same bytes) would be read once per name; a small shard declared as a huge tensor
+    would be allocated whole. Both are refused before DCP reads a byte."""
+    import copy
+
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+
+    path = save(tmp_path, 3)
+    good = (path / ".metadata").read_bytes()
+    metadata = pickle.loads(good)
+    item = metadata.state_dict_metadata["model.0.weight"]
+    index = next(k for k in metadata.storage_data if k.fqn == "model.0.weight")
+    for n in range(400):
+        name = f"model.copy{n}"
+        metadata.state_dict_metadata[name] = copy.deepcopy(item)
+        metadata.storage_data[MetadataIndex(name, index.offset, index.index)] = copy.deepcopy(
+            metadata.storage_data[index]
+        )
+    (path / ".metadata").write_bytes(pickle.dumps(metadata))
+    with pytest.raises(CheckpointError, match="several entries, more than its shard files hold"):
+        load_checkpoint(path)
+    # the same bytes declared as a 4 GB tensor
+    metadata = pickle.loads(good)
+    metadata.state_dict_metadata["model.0.weight"].chunks[0].sizes = torch.Size([32768, 32768])
+    (path / ".metadata").write_bytes(pickle.dumps(metadata))
+    with pytest.raises(CheckpointError, match=r"of 4,294,9\d\d,\d\d\d bytes, where its shard"):
+        load_checkpoint(path)
+    # a storage entry past the end of its shard file
+    metadata = pickle.loads(good)
+    metadata.storage_data[index].length = 10**9
+    (path / ".metadata").write_bytes(pickle.dumps(metadata))
+    with pytest.raises(
+        CheckpointError, match=r"truncated or corrupt shard \(__0_0.distcp ends before"
+    ):
+        load_checkpoint(path)
+    (path / ".metadata").write_bytes(good)
+    assert load_checkpoint(path)["step"] == 3  # whole again
+
+
+@pytest.mark.parametrize("key", ["extra.weight", "optim.state.9.weight.exp_avg", "optim.other"])
+def test_a_metadata_naming_keys_the_model_does_not_have_is_refused(
+    tmp_path: Path, key: str
+) -> None:
+    """A key outside the model and its optimizer's state was loaded, then dropped unseen."""
+    path = save(tmp_path, 3)
+    metadata = pickle.loads((path / ".metadata").read_bytes())
+    renamed = "optim.state.2.bias.step"
+    metadata.state_dict_metadata[key] = metadata.state_dict_metadata.pop(renamed)
+    (path / ".metadata").write_bytes(pickle.dumps(metadata))
+    with pytest.raises(CheckpointError, match=f"names '{key}', which is neither a model param"):
+        load_checkpoint(path)
