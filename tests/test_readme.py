@@ -52,6 +52,14 @@ def test_opening_commands_need_no_sudo_binary_and_use_a_venv() -> None:
     assert "$(command -v sudo) apt-get" in opening_commands()[1]
 
 
+def test_both_opening_commands_pick_the_torch_build_first() -> None:
+    """A CPU-only machine must not get PyPI's 5.5 GB CUDA build from the first command: the
+    script that picks the build runs before pip installs the package (and torch with it)."""
+    for command in opening_commands()[:2]:
+        pick = command.find(".venv/bin/python scripts/install_torch.py")
+        assert 0 <= pick < command.index(".venv/bin/pip install"), command
+
+
 def test_the_readme_is_the_user_guide_in_its_order() -> None:
     sections = re.findall(r"^## (.+)$", README, flags=re.M)
     assert sections == GUIDE, sections
