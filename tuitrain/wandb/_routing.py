@@ -122,7 +122,21 @@ def run_routed(alias: str, install: Any, argv: list[str]) -> int:
         print(f"tuitrain.{alias}: no script at {argv[0]!r}", file=sys.stderr)
         return 2
     install()
+    children = routed_children(alias)
+    if children is not None:  # the script's own children import `alias` routed too
+        parts = [children, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
+        sys.path.insert(0, children)  # a spawn child takes its parent's sys.path, not PYTHONPATH
     sys.argv = list(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))  # as `python SCRIPT` does
     runpy.run_path(argv[0], run_name="__main__")
     return 0
+
+
+def routed_children(alias: str) -> str | None:
+    """The folder whose `alias` package routes `import alias` to tuitrain in a process that
+    inherits it on PYTHONPATH (tuitrain/wandb/children/), None for a name without one."""
+    import os
+
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "children")
+    return folder if os.path.isfile(os.path.join(folder, alias, "__init__.py")) else None
