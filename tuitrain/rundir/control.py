@@ -2,14 +2,14 @@
 
 A hosted run (the dashboard's engine thread, or a headless run) makes `RUN_DIR/control/`,
 a directory of its own user's with mode 0700, marks it as its own (`control/owner`: the pid
-and host of the process that reads it, as its lock file names them), and removes it when the
-run ends, however it ends. A viewer
-of the same user drops one request file there per command (`send_request`: written under
-a temporary name with O_EXCL | O_NOFOLLOW, mode 0600, then renamed into place, so the host
-never reads half a request). The host (`Inbox.take`, polled by `tuitrain.host.steer`)
-reads and deletes them and applies them to the run's `Control`, which the engine reads at
-its next step boundary, as it reads a key of the dashboard. It answers each request with an
-event record (kind "control") in metrics.jsonl, which the viewer follows.
+and host of the process that reads it, as its lock file names them, and a random token), and
+removes it when the run ends, however it ends. A viewer of the same user drops one request
+file there per command (`send_request`: written under a temporary name with O_EXCL |
+O_NOFOLLOW, mode 0600, then renamed into place, so the host never reads half a request).
+The host (`Inbox.take`, polled by `tuitrain.host.steer`) reads and deletes them and applies
+them to the run's `Control`, which the engine reads at its next step boundary, as it reads a
+key of the dashboard. It answers each request with an event record (kind "control") in
+metrics.jsonl, which the viewer follows.
 
 Only the run's own user can steer it:
 - the directory is made with mode 0700 and checked (lstat: a real directory, not a link,
@@ -52,6 +52,7 @@ from tuitrain.rundir.lock import live_holder, writer_id
 
 OWNER_NAME = "owner"  # "<pid> <host>" of the run that reads the directory
 MAX_OWNER_BYTES = 256
+_marks: set[str] = set()  # the owner marks of the inboxes open in this process
 REQUEST_PREFIX = "req-"
 REQUEST_SUFFIX = ".json"
 TEMP_PREFIX = ".tmp-"
@@ -157,7 +158,7 @@ def remove_stale(run_dir: str | Path) -> None:
     if fd is None:
         return
     try:
-        if _owner(fd) == writer_id():
+        if _owner(fd) in _marks:
             return  # this process's own (an Inbox opened before its lock)
         names = sorted(os.listdir(fd), key=lambda name: name != OWNER_NAME)
         for name in names:
@@ -225,22 +226,26 @@ class Inbox:
             raise ChannelError(f"{self.path} cannot be used as a control channel: {why}")
         self.fd: int | None = fd
         self.stuck: set[str] = set()  # entries that could not be deleted: left alone
+        self.mark = ""  # what control/owner says: "<pid> <host> <token>"
         for name in self._names():  # a previous run's requests are not this run's
             self._remove(name)
         self._mark()
 
     def _mark(self) -> None:
-        """The owner mark: this process's pid and host, written whole (a temp file renamed)."""
+        """The owner mark: this process's pid and host and a token of this inbox's (a pid
+        reused later is not this inbox), written whole (a temp file renamed)."""
         assert self.fd is not None
+        self.mark = f"{writer_id()} {secrets.token_hex(8)}"
         temp = f"{TEMP_PREFIX}{OWNER_NAME}-{secrets.token_hex(4)}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW
         try:
             fd = os.open(temp, flags, 0o600, dir_fd=self.fd)
             try:
-                os.write(fd, writer_id().encode())
+                os.write(fd, self.mark.encode())
             finally:
                 os.close(fd)
             os.rename(temp, OWNER_NAME, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            _marks.add(self.mark)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=self.fd)
@@ -323,6 +328,7 @@ class Inbox:
         """Stop listening; with `remove`, delete what is left and the directory itself."""
         if self.fd is None:
             return
+        _marks.discard(self.mark)
         if remove:
             for name in self._names():
                 self._remove(name)
