@@ -54,7 +54,7 @@ def test_another_ranks_figures_reach_rank_0s_records(
     zero = start(0, monkeypatch, "exp")
     other = start(1, monkeypatch, "exp")
     assert isinstance(zero, client.Run) and isinstance(other, client.OtherRankRun)
-    assert (job / ranks.POINTER_DIR / "job42-0--29512-1.json").is_file()
+    assert len(list((job / ranks.POINTER_DIR).glob("*.json"))) == 1  # rank 0's pointer
     for step in range(4):
         other.log({"loss": 1.0}, step=step)
     assert other._reporter is not None

@@ -14,7 +14,14 @@ import pytest
 from tuitrain.core.control import Control
 from tuitrain.core.errors import EXIT_STOPPED
 from tuitrain.host.steer import Listener
-from tuitrain.rundir.control import CONTROL_DIR, ChannelError, Inbox, send_request, steerable
+from tuitrain.rundir.control import (
+    CONTROL_DIR,
+    OWNER_NAME,
+    ChannelError,
+    Inbox,
+    send_request,
+    steerable,
+)
 from tuitrain.rundir.lock import RunDirLock
 
 
@@ -47,7 +54,7 @@ def test_requests_reach_the_control_and_are_answered(tmp_path: Path) -> None:
     assert all(e["type"] == "event" and e["kind"] == "control" for e in written)
     assert written[0]["request"] == pause and written[0]["accepted"] is True
     assert written[0]["paused"] is True
-    assert os.listdir(tmp_path / CONTROL_DIR) == [], "each request is deleted once read"
+    assert os.listdir(tmp_path / CONTROL_DIR) == [OWNER_NAME], "each request is deleted once read"
     send_request(tmp_path, "resume")
     send_request(tmp_path, "stop")
     got.poll()
@@ -79,7 +86,8 @@ def test_bad_requests_are_refused_and_deleted(tmp_path: Path) -> None:
     for why in ("symbolic link", "other links", "not JSON", "unknown command", "too long",
                 "out of range", "not a regular file"):  # fmt: skip
         assert why in reasons, why
-    assert os.listdir(folder) == [] and target.exists(), "the link's target is left alone"
+    assert os.listdir(folder) == [OWNER_NAME], "each is deleted"
+    assert target.exists(), "the link's target is left alone"
     got.close()
 
 

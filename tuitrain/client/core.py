@@ -67,6 +67,7 @@ from typing import Any
 
 import tuitrain
 from tuitrain.client import ranks
+from tuitrain.client.hostinfo import host_rss_bytes
 from tuitrain.core.errors import UserError
 from tuitrain.metrics.alerts import AlertRules
 from tuitrain.metrics.records import (
@@ -317,6 +318,7 @@ class Run:
         job_type: str | None = None,
     ) -> None:
         from tuitrain.metrics.sinks import JsonlSink
+        from tuitrain.rundir.control import remove_stale
         from tuitrain.rundir.lock import RunDirLock
 
         rules = _checked_alerts(alerts)  # one sentence before anything is created
@@ -344,6 +346,7 @@ class Run:
         self.meta: dict[str, Any] = {k: (list(v) if k == "tags" else v)
                                      for k, v in meta.items() if v}  # fmt: skip
         self._lock_file = RunDirLock(self.dir)  # one writer, as for a hosted run
+        remove_stale(self.dir)  # a killed hosted run's control dir: a script reads none
         try:
             self.sink = JsonlSink(self.dir / "metrics.jsonl")
         except BaseException:
@@ -1177,17 +1180,6 @@ class _HostTelemetry:
 
     def read(self) -> dict[str, int | float | None]:
         return {"host_rss_bytes": host_rss_bytes()}
-
-
-def host_rss_bytes() -> int:
-    """Resident set size of this process (/proc/self/statm; the peak where there is none)."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        import resource
-
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux: KiB
 
 
 def _telemetry(device: str | None) -> Any:

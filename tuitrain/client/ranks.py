@@ -11,13 +11,13 @@ The transport is files, because a file can neither block nor end the job: each o
 appends one JSON line a flush (every FLUSH_S seconds, when it logged since the last) to
 `<rank 0's run dir>/ranks/rank-<N>.jsonl`, and rank 0 reads what is new at its own flush. The
 other ranks learn rank 0's run dir from a pointer file rank 0 writes atomically at init,
-`<runs folder>/.tuitrain-jobs/<job>.json`: the runs folder is the parent of the run dir every
-rank was given (TUITRAIN_RUN_DIR under `tuitrain run`, the `run_dir` argument, else `runs/`),
-and the job is named by torchrun's TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT,
-MASTER_PORT and the run's number in its process (so a k-fold loop's runs stay apart). A rank
-looks for the pointer at each flush and never waits for it; one left by an older job (older
-than this process) is ignored; rank 0 removes its pointer at finish. Ranks on another node
-without a shared filesystem never find it: their figures stay null, and nothing is said.
+`<runs folder>/.tuitrain-jobs/<job key>.json`: the runs folder is the parent of the run dir
+every rank was given (TUITRAIN_RUN_DIR under `tuitrain run`, the `run_dir` argument, else
+`runs/`); the key is `next_job_key`'s. A rank looks for the pointer at each flush and never
+waits for it; one left by an older job (older than this process) is ignored; rank 0 removes
+its pointer at finish. Ranks on another node without a shared filesystem never find it:
+their figures stay null, and nothing is said. The files themselves (made whole and private,
+read without following links or blocking on special files) are `tuitrain.rundir.ranks`'s.
 
 torchrun's c10d TCPStore would reach every node, but it is the job's own: the script's
 process group holds it, a store call that meets a missing key waits for the group's timeout,
@@ -27,11 +27,11 @@ nothing when they fail.
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
+import ipaddress
 import json
 import math
 import os
-import re
 import socket
 import sys
 import threading
@@ -40,15 +40,35 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tuitrain.rundir import manifest
+from tuitrain.client.hostinfo import host_rss_bytes
+from tuitrain.rundir.layout import RANKS_DIR
+from tuitrain.rundir.ranks import (
+    POINTER_DIR,
+    START_SLACK_S,
+    append_report,
+    pointer_path,
+    read_pointer,
+    read_report,
+    remove_pointer,
+    write_pointer,
+)
 
-RANKS_DIR = "ranks"  # in rank 0's run dir: rank-<N>.jsonl, one per other rank
-POINTER_DIR = ".tuitrain-jobs"  # beside the runs: <job>.json names rank 0's run dir
+__all__ = [  # the pointer's and the reports' files, for the client and its tests
+    "POINTER_DIR",
+    "RANKS_DIR",
+    "START_SLACK_S",
+    "pointer_path",
+    "read_pointer",
+    "remove_pointer",
+    "write_pointer",
+]
+
 FLUSH_S = 1.0  # how often another rank reports (when it logged since the last report)
 STALE_S = 10.0  # a rank's figures older than this and 3 steps (rank 0's clock) are null: quiet
 MAX_READ_BYTES = 1 << 20  # what rank 0 reads of one rank's file at one flush
 MAX_PENDING = 10_000  # entries held per rank waiting for rank 0's rows to reach their step
-START_SLACK_S = 60.0  # a pointer this much older than this process is an older job's
+JOB_ENV = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "MASTER_ADDR", "MASTER_PORT",
+           "SLURM_JOB_ID")  # fmt: skip
 RANK_FIELDS = ("rank_step_time_s", "rank_host_rss_bytes", "rank_mem_peak_bytes")
 
 _runs = 0  # the runs init started in this process on any rank: the job key's last part
@@ -61,50 +81,38 @@ def world_size() -> int:
         return 1
 
 
+def _loopback(addr: str) -> bool:
+    """True for a MASTER_ADDR that names no one machine: unset, localhost, 127.x, ::1."""
+    if addr.lower() in ("", "localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(addr.strip("[]"))
+    except ValueError:
+        return False  # a host name: the master node's, the same on every rank
+    return ip.is_loopback or ip.is_unspecified
+
+
 def next_job_key() -> str | None:
-    """The name every rank of this torchrun job gives its next run (the same on each rank
-    when each calls init as often), or None outside a job of several ranks."""
+    """The name every rank of this job gives its next run, or None outside a job of several
+    ranks (or one nothing names). The same on every rank of one job (when each calls init as
+    often), never the same for two jobs running at once: it is made of what every rank of
+    the job shares and no other live job does. The job's rendezvous, MASTER_ADDR and
+    MASTER_PORT (no two live jobs listen on one address and port), with this node's hostname
+    where MASTER_ADDR names no machine (127.0.0.1: a one-node job, every rank on this node;
+    two nodes' jobs may both use 127.0.0.1:29500); torchrun's TORCHELASTIC_RUN_ID (random
+    under --standalone) and restart count; SLURM_JOB_ID; and the run's number in its process
+    (a k-fold loop's runs stay apart). Hashed into a name of fixed length. Not a secret: a
+    pointer is trusted for its owner and kind (`tuitrain.rundir.ranks`), not its name."""
     global _runs
     if world_size() < 2:
         return None
     _runs += 1
-    parts = [os.environ.get(k, "") for k in ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
-                                             "MASTER_ADDR", "MASTER_PORT")]  # fmt: skip
-    if not parts[0] and not parts[3]:
+    env = {key: os.environ.get(key, "") for key in JOB_ENV}
+    if not (env["TORCHELASTIC_RUN_ID"] or env["MASTER_PORT"] or env["SLURM_JOB_ID"]):
         return None  # nothing names the job: no pointer
-    text = "-".join([*parts, str(_runs)])
-    return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:200]
-
-
-def pointer_path(run_dir: str | os.PathLike[str] | None, name: str, key: str) -> Path:
-    """Where rank 0's pointer for job `key` lies: beside the folder every rank was given."""
-    forced = os.environ.get("TUITRAIN_RUN_DIR")
-    base = Path(forced) if forced else Path(run_dir) if run_dir else manifest.default_name(name)
-    return manifest.named(base).parent / POINTER_DIR / f"{key}.json"
-
-
-def write_pointer(path: Path, run_dir: Path) -> bool:
-    """Rank 0: name its run dir for the other ranks (atomically); False when it cannot."""
-    from tuitrain.core.safefile import write_atomic_text
-
-    text = json.dumps({"run_dir": os.path.abspath(run_dir), "time": time.time(),
-                       "pid": os.getpid(), "host": socket.gethostname()})  # fmt: skip
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic_text(path, text)
-    except Exception:  # noqa: BLE001 - a read-only folder: the ranks' figures stay null
-        return False
-    return True
-
-
-def remove_pointer(path: Path, run_dir: Path) -> None:
-    """Rank 0 at finish: its pointer, if it is still its own, and its run dir's `ranks/`
-    folder if no rank wrote there (a job that logged from rank 0 only)."""
-    with contextlib.suppress(Exception):
-        if json.loads(path.read_text(encoding="utf-8")).get("pid") == os.getpid():
-            path.unlink()
-    with contextlib.suppress(OSError):
-        (run_dir / RANKS_DIR).rmdir()  # only when empty
+    node = socket.gethostname() if _loopback(env["MASTER_ADDR"]) else ""
+    text = "\0".join([*env.values(), node, str(_runs)])
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]
 
 
 def process_start_time() -> float | None:
@@ -117,22 +125,6 @@ def process_start_time() -> float | None:
         return boot + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
         return None
-
-
-def read_pointer(path: Path, started: float | None) -> Path | None:
-    """The run dir rank 0's pointer names, when it is there and of this job."""
-    from tuitrain.core.safefile import open_regular
-
-    try:
-        with open_regular(path, "rb") as f:
-            entry = json.loads(f.read(65536))
-        folder, written = entry["run_dir"], float(entry["time"])
-    except Exception:  # noqa: BLE001 - not there yet, half a file, anything odd
-        return None
-    if not isinstance(folder, str) or (started is not None and written < started - START_SLACK_S):
-        return None
-    ranks = Path(folder) / RANKS_DIR
-    return ranks if ranks.is_dir() and not ranks.is_symlink() else None
 
 
 def cuda_peak_bytes() -> int | None:
@@ -195,18 +187,9 @@ class RankReporter:
         if self.folder is None:
             return  # rank 0 has not named its run dir (yet, or not on this node)
         step_time = (last[1] - since[1]) / (last[0] - since[0]) if last[0] > since[0] else None
-        from tuitrain.client.core import host_rss_bytes
-
         entry = {"step": last[0], "step_time_s": step_time, "host_rss_bytes": host_rss_bytes(),
                  "mem_peak_bytes": cuda_peak_bytes()}  # fmt: skip
-        try:
-            fd = os.open(self.folder / f"rank-{self.rank}.jsonl",
-                         os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # fmt: skip
-            try:
-                os.write(fd, (json.dumps(entry) + "\n").encode())
-            finally:
-                os.close(fd)
-        except OSError:
+        if not append_report(self.folder, self.rank, (json.dumps(entry) + "\n").encode()):
             return  # quiet: the figures of this rank stay null in the run
         self._reported = last
         self.reports += 1
@@ -226,15 +209,10 @@ class RankReader:
         self._heard = False  # some rank reported: from then on each record carries the lists
 
     def poll(self) -> None:
-        from tuitrain.core.safefile import open_regular
-
         for rank in range(1, self.world):
-            try:
-                with open_regular(self.folder / f"rank-{rank}.jsonl", "rb") as f:
-                    f.seek(self._offsets[rank])
-                    data = f.read(MAX_READ_BYTES)
-            except Exception:  # noqa: BLE001 - not written yet, or not a file
-                continue
+            data = read_report(self.folder, rank, self._offsets[rank], MAX_READ_BYTES)
+            if data is None:
+                continue  # not written yet, or not a file of this user's
             self._offsets[rank] += len(data)
             lines = (self._tails[rank] + data).split(b"\n")
             self._tails[rank] = lines.pop()[-65536:]  # a line still being written

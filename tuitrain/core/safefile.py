@@ -118,23 +118,34 @@ def read_regular_text(path: Path | str, fix: str = "", limit: int | None = None)
     return data.decode("utf-8", errors="replace")
 
 
-def open_nofollow(path: Path, mode: str = "a", **kwargs: Any) -> IO[Any]:
-    """`open(path, mode)` for mode w/a/a+/x (add b for bytes), refusing a symbolic link."""
-    flags = _FLAGS[mode.replace("b", "")]
+def link_refused(path: Path | str) -> LinkRefused:
+    """The one-sentence refusal for a symbolic link where tuitrain writes."""
+    return LinkRefused(
+        f"{path} is a symbolic link; tuitrain does not write through links (one planted "
+        "in a shared folder could point at any of your files): remove it, or pass "
+        "another --run-dir."
+    )
+
+
+def open_fd_nofollow(path: Path | str, flags: int, perm: int = 0o644, fix: str = "") -> int:
+    """`os.open(path, flags, perm)` refusing a symbolic link (LinkRefused) and anything but a
+    regular file (NotRegular), never blocking on a FIFO: a descriptor that blocks as usual."""
     try:  # O_NONBLOCK: a FIFO planted there opens at once (or fails) and is refused below
-        fd = os.open(path, flags | NOFOLLOW | os.O_NONBLOCK, 0o644)
+        fd = os.open(path, flags | NOFOLLOW | os.O_NONBLOCK, perm)
     except OSError as exc:
         if exc.errno == errno.ELOOP or (exc.errno == errno.EEXIST and os.path.islink(path)):
-            raise LinkRefused(
-                f"{path} is a symbolic link; tuitrain does not write through links (one planted "
-                "in a shared folder could point at any of your files): remove it, or pass "
-                "another --run-dir."
-            ) from None
+            raise link_refused(path) from None
         if exc.errno in (errno.EISDIR, errno.ENXIO):  # a directory; a FIFO nobody reads
             with contextlib.suppress(OSError):
-                raise not_regular(path, os.stat(path).st_mode) from None
+                raise not_regular(path, os.stat(path).st_mode, fix) from None
         raise
-    return os.fdopen(_regular_fd(fd, path, ""), mode.replace("x", "w"), **kwargs)
+    return _regular_fd(fd, path, fix)
+
+
+def open_nofollow(path: Path, mode: str = "a", **kwargs: Any) -> IO[Any]:
+    """`open(path, mode)` for mode w/a/a+/x (add b for bytes), refusing a symbolic link."""
+    fd = open_fd_nofollow(path, _FLAGS[mode.replace("b", "")])
+    return os.fdopen(fd, mode.replace("x", "w"), **kwargs)
 
 
 def temp_beside(path: Path) -> Path:
@@ -143,18 +154,18 @@ def temp_beside(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def replacing(path: Path) -> Iterator[Path]:
-    """A new, empty temp file beside `path` (O_EXCL: nothing planted is reused) for the caller
-    to fill, by name or with `open_nofollow(tmp, "w")`; renamed over `path` when the block
-    ends (a link at `path` is replaced, never written through), removed when it raises."""
+def replacing(path: Path, perm: int = 0o644) -> Iterator[Path]:
+    """A new, empty temp file beside `path` (O_EXCL: nothing planted is reused; mode `perm`)
+    for the caller to fill, by name or with `open_nofollow(tmp, "w")`; renamed over `path`
+    when the block ends (a link at `path` is replaced, never written through), removed when
+    it raises."""
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         mode = os.lstat(path).st_mode
         if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):  # a link is replaced, not followed
             raise not_regular(path, mode)
     tmp = temp_beside(path)
     try:
-        with open_nofollow(tmp, "x"):
-            pass  # the name is ours now
+        os.close(open_fd_nofollow(tmp, _FLAGS["x"], perm))  # the name is ours now
         yield tmp
         if os.path.islink(tmp):  # a writer that goes by name must not have been redirected
             raise LinkRefused(f"{tmp} became a symbolic link while it was written")
@@ -169,4 +180,12 @@ def write_atomic_text(path: Path, text: str) -> Path:
     """Write `text` to a new temp file beside `path`, then rename it over `path`."""
     with replacing(path) as tmp, open_nofollow(tmp, "w", encoding="utf-8") as f:
         f.write(text)
+    return path
+
+
+def write_atomic_bytes(path: Path, data: bytes, perm: int = 0o644) -> Path:
+    """Write `data` to a new temp file (mode `perm`) beside `path`, then rename it over
+    `path`."""
+    with replacing(path, perm) as tmp, open_nofollow(tmp, "wb") as f:
+        f.write(data)
     return path

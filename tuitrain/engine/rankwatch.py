@@ -22,13 +22,16 @@ apart here; the single-process stall watch (`alerts.stall`) still sees that no s
 
 On a verdict rank 0 raises the `stalled_rank` alert (the rank, its step and phase, for how
 long, the stacks folder) and sets a dump request in the store; every rank's thread then
-writes `faulthandler.dump_traceback(all_threads=True)` to `RUN_DIR/stacks/rank-N.txt` (via a
-temporary file: a reader never sees half of one) and, on NCCL, the Flight Recorder's trace to
-`RUN_DIR/stacks/nccl-trace-rank-N.pkl`. With the `stop` action rank 0 then sets a stop in the
-store: the stalled rank ends at once (its end record first, exit 1); the others give their
-own loop a grace period to fail on the broken collective and end the same way if it does not
-(never rank 0 under the dashboard, whose engine thread is not the process: there the failure
-comes from the collective, within distributed.timeout_s).
+writes `faulthandler.dump_traceback(all_threads=True)` to `RUN_DIR/stacks/rank-N.txt` and, on
+NCCL, the Flight Recorder's trace to `RUN_DIR/stacks/nccl-trace-rank-N.pkl`, each through the
+safe-file layer (a temp file of a fresh name made with O_EXCL | O_NOFOLLOW, renamed into
+place: a reader never sees half of one, and a link planted under any of these names is
+replaced, never written through; a `stacks` that is a link is not written into). With the
+`stop` action rank 0 then sets a stop in the store: the stalled rank ends at once (its end
+record first, exit 1); the others give their own loop a grace period to fail on the broken
+collective and end the same way if it does not (never rank 0 under the dashboard, whose
+engine thread is not the process: there the failure comes from the collective, within
+distributed.timeout_s).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import faulthandler
 import json
 import os
 import socket
+import stat
 import statistics
 import threading
 import time
@@ -48,6 +52,15 @@ from pathlib import Path
 from typing import Any
 
 from tuitrain.core.control import Control
+from tuitrain.core.errors import UserError
+from tuitrain.core.safefile import (
+    link_refused,
+    not_regular,
+    open_nofollow,
+    replacing,
+    write_atomic_bytes,
+)
+from tuitrain.rundir.layout import RunDir
 
 PHASES = ("data", "forward", "backward", "update")  # the order within one micro-batch
 # between steps: work one rank does on its own while the others wait (rank 0 writing a
@@ -214,27 +227,37 @@ def describe(stalled: Stalled, stacks: Path | None) -> tuple[str, dict[str, Any]
     return text + folder, figures, step
 
 
+def stacks_folder(stacks: Path) -> Path:
+    """`stacks`, made if missing; a link or anything but a directory there is refused
+    (LinkRefused, NotRegular): nothing is written into a folder a link leads to."""
+    with contextlib.suppress(FileExistsError):
+        stacks.mkdir(parents=True)
+    mode = os.lstat(stacks).st_mode
+    if stat.S_ISLNK(mode):
+        raise link_refused(stacks)
+    if not stat.S_ISDIR(mode):
+        raise not_regular(stacks, mode, "remove or rename it")
+    return stacks
+
+
 def write_stacks(stacks: Path, rank: int, beat: Beat, nccl: bool) -> None:
     """This process's Python stacks (every thread) to stacks/rank-N.txt, whole or not at all;
-    on NCCL the Flight Recorder's trace beside it (empty unless its buffer was sized)."""
-    stacks.mkdir(parents=True, exist_ok=True)
-    final = stacks / f"rank-{rank}.txt"
-    temp = stacks / f".rank-{rank}.txt.{os.getpid()}"
-    with open(temp, "w") as out:
+    on NCCL the Flight Recorder's trace beside it (empty unless its buffer was sized). Raises
+    OSError or UserError (a link or a special file where the folder goes) when it cannot."""
+    stacks = stacks_folder(stacks)
+    with replacing(stacks / f"rank-{rank}.txt") as temp, open_nofollow(temp, "w") as out:
         out.write(
             f"rank {rank} pid {os.getpid()} host {socket.gethostname()} step {beat.step} "
             f"phase {beat.phase} micro-batch {beat.micro} at {time.strftime('%H:%M:%S')}\n\n"
         )
         out.flush()
         faulthandler.dump_traceback(out, all_threads=True)
-    os.replace(temp, final)
     if nccl:
         with contextlib.suppress(Exception):  # no recorder in this build: the stacks suffice
             import torch
 
             dump = getattr(torch._C._distributed_c10d, "_dump_nccl_trace")  # noqa: B009
-            trace = dump()
-            (stacks / f"nccl-trace-rank-{rank}.pkl").write_bytes(trace)
+            write_atomic_bytes(stacks / f"nccl-trace-rank-{rank}.pkl", dump())
 
 
 RaiseAlert = Callable[[str, dict[str, Any], int | None], None]  # (message, figures, step)
@@ -265,7 +288,7 @@ class RankWatch:
         self.store = store
         self.rank, self.world_size = rank, world_size
         self.progress, self.control = progress, control
-        self.stacks = run_dir / "stacks" if run_dir is not None else None
+        self.stacks = RunDir(run_dir).stacks if run_dir is not None else None
         self.action, self.floor_s, self.factor = action, floor_s, factor
         self.raise_alert, self.leave, self.may_leave = raise_alert, leave, may_leave
         self.nccl = nccl
@@ -328,7 +351,7 @@ class RankWatch:
         if request is not None and int(request) > self.dumped:
             self.dumped = int(request)
             if self.stacks is not None:
-                with contextlib.suppress(OSError):  # a full disk: the watch goes on
+                with contextlib.suppress(OSError, UserError):  # a full disk: the watch goes on
                     write_stacks(self.stacks, self.rank, beat, self.nccl)
             self.store.set(f"dumped/{self.rank}", str(self.dumped))
         stop = self.read("stop")
@@ -412,7 +435,7 @@ class RankWatch:
         """Up to DUMP_WAIT_S for every live rank to write its stacks (the stop ends them)."""
         if self.stacks is not None and 0 not in exclude and self.dumped < request:
             self.dumped = request
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, UserError):
                 write_stacks(self.stacks, 0, self.publish(), self.nccl)
             self.store.set("dumped/0", str(request))
         deadline = time.monotonic() + DUMP_WAIT_S
@@ -436,9 +459,9 @@ def flight_recorder_env(environ: MutableMapping[str, str], stacks: Path | None) 
               "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}  # fmt: skip
     if stacks is not None:
         try:
-            stacks.mkdir(parents=True, exist_ok=True)  # NCCL's dump does not make the folder
+            stacks_folder(stacks)  # NCCL's dump does not make the folder; never through a link
             wanted["TORCH_FR_DUMP_TEMP_FILE"] = str(stacks / "nccl-trace-rank-")
-        except OSError:
+        except (OSError, UserError):
             pass  # a run dir that cannot be written: the run's own check says so in a sentence
     if "TORCH_FR_BUFFER_SIZE" in environ:  # the newer name of the buffer's size
         del wanted["TORCH_NCCL_TRACE_BUFFER_SIZE"]

@@ -34,6 +34,7 @@ from tuitrain.host.stdio import native_stderr_to, open_log, write_quietly
 from tuitrain.metrics.records import Record, amended_end, end_record, event_record
 from tuitrain.metrics.sinks import ConsoleSink, FanOutSink, JsonlSink, Sink, TimelineStoreSink
 from tuitrain.metrics.store import MetricStore
+from tuitrain.rundir.control import remove_stale
 from tuitrain.rundir.layout import prepare_run_dir, write_resolved_config
 from tuitrain.rundir.lock import RunDirLock
 
@@ -258,6 +259,7 @@ class RunHost:
                 check_resumable(self.cfg, self.resume)
             run_dir = prepare_run_dir(self.cfg, self.requested_run_dir)
             self.lock = RunDirLock(run_dir)  # before anything is written in it
+            remove_stale(run_dir)  # a killed run's control dir: no one reads it now
             write_resolved_config(run_dir, self.cfg)
         except BaseException:
             if self.lock is not None:

@@ -6,10 +6,16 @@ Each request is answered by an event record (kind "control": `command`, `request
 
 Rank 0 (or the only process) listens; a run dir where the channel cannot be made safely
 (a link or a directory of another user under that name) runs without one, saying so once.
+The channel goes when the run ends, however it ends (completed, failed, stopped, a refusal
+at its start): `RunHost` closes the listener in a `finally`, and an exit hook closes it when
+the process leaves with the engine thread still running (a dashboard that did not wait for
+it). Only a killed process leaves it behind, and its owner mark then names a dead process:
+stale, never steerable, and removed by the next writer of the run dir.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import threading
 from collections.abc import Callable
@@ -84,6 +90,7 @@ class Listener:
         self.control = control
         self.write = write
         self._done = threading.Event()
+        self._closing = threading.Lock()  # the exit hook and the run's finally may race
         self.inbox: Inbox | None = None
         try:
             self.inbox = Inbox(run_dir)
@@ -99,6 +106,7 @@ class Listener:
             return
         self.thread = threading.Thread(target=self._loop, name="tuitrain-control", daemon=True)
         self.thread.start()
+        atexit.register(self.close)  # the process leaves before the run's finally does
 
     def _loop(self) -> None:
         while not self._done.wait(POLL_S):
@@ -108,7 +116,9 @@ class Listener:
         """Read and answer what waits now (the thread calls this; tests may too)."""
         if self.inbox is None:
             return
-        for request in self.inbox.take():
+        with self._closing:
+            requests = self.inbox.take()
+        for request in requests:
             # a sink that failed: the run says so itself
             with contextlib.suppress(Exception):
                 self.write(answer(self.control, request))
@@ -118,6 +128,9 @@ class Listener:
         self._done.set()
         if self.inbox is None:
             return
-        if getattr(self, "thread", None) is not None:
-            self.thread.join(2 * POLL_S + 1)
-        self.inbox.close()
+        atexit.unregister(self.close)
+        thread = getattr(self, "thread", None)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(2 * POLL_S + 1)
+        with self._closing:
+            self.inbox.close()

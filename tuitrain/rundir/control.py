@@ -1,13 +1,15 @@
 """The control channel: how `tuitrain watch` steers a run that tuitrain hosts elsewhere.
 
 A hosted run (the dashboard's engine thread, or a headless run) makes `RUN_DIR/control/`,
-a directory of its own user's with mode 0700, and removes it when the run ends. A viewer
-of the same user drops one request file there per command (`send_request`: written under
-a temporary name with O_EXCL | O_NOFOLLOW, mode 0600, then renamed into place, so the host
-never reads half a request). The host (`Inbox.take`, polled by `tuitrain.host.steer`)
-reads and deletes them and applies them to the run's `Control`, which the engine reads at
-its next step boundary, as it reads a key of the dashboard. It answers each request with an
-event record (kind "control") in metrics.jsonl, which the viewer follows.
+a directory of its own user's with mode 0700, marks it as its own (`control/owner`: the pid
+and host of the process that reads it, as its lock file names them, and a random token), and
+removes it when the run ends, however it ends. A viewer of the same user drops one request
+file there per command (`send_request`: written under a temporary name with O_EXCL |
+O_NOFOLLOW, mode 0600, then renamed into place, so the host never reads half a request).
+The host (`Inbox.take`, polled by `tuitrain.host.steer`) reads and deletes them and applies
+them to the run's `Control`, which the engine reads at its next step boundary, as it reads a
+key of the dashboard. It answers each request with an event record (kind "control") in
+metrics.jsonl, which the viewer follows.
 
 Only the run's own user can steer it:
 - the directory is made with mode 0700 and checked (lstat: a real directory, not a link,
@@ -21,9 +23,13 @@ Only the run's own user can steer it:
   at most MAX_REQUEST_BYTES; anything else is deleted, unread, and answered as refused;
 - the viewer checks the directory the same way before it writes (a directory of another
   user is never written to), and offers its keys only while the run dir's lock is held by
-  a live process and the directory passes the checks (`steerable`).
-Requests already there when a run opens the directory (a previous run's, in the same run
-dir) are dropped unread.
+  a live process, the directory passes the checks, and its owner mark names that process
+  (`steerable`): a directory a killed run left behind, under a later run that reads no
+  requests (a script's, `tuitrain run`), is stale and offers nothing.
+A new writer of the run dir, hosted or a script, removes a stale directory once it holds the
+lock (`remove_stale`). Requests already there when a run opens the directory (a previous
+run's, in the same run dir) are dropped unread. An entry that cannot be deleted (a directory
+under a request's name) is refused once, then left alone: never read or refused again.
 """
 
 from __future__ import annotations
@@ -40,9 +46,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuitrain.rundir.layout import LOCK_NAME
+from tuitrain.rundir.layout import CONTROL_DIR as CONTROL_DIR  # named here for its users
+from tuitrain.rundir.layout import RunDir
+from tuitrain.rundir.lock import live_holder, writer_id
 
-CONTROL_DIR = "control"
+OWNER_NAME = "owner"  # "<pid> <host>" of the run that reads the directory
+MAX_OWNER_BYTES = 256
+_marks: set[str] = set()  # the owner marks of the inboxes open in this process
 REQUEST_PREFIX = "req-"
 REQUEST_SUFFIX = ".json"
 TEMP_PREFIX = ".tmp-"
@@ -68,7 +78,7 @@ class Request:
 
 
 def channel_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / CONTROL_DIR
+    return RunDir(run_dir).control
 
 
 def why_unsafe(st: os.stat_result) -> str:
@@ -84,35 +94,82 @@ def why_unsafe(st: os.stat_result) -> str:
     return ""
 
 
-def host_alive(run_dir: str | Path) -> bool:
-    """True while a process holds the run dir's lock (a run writes there now)."""
-    import fcntl
-
+def _open_dir(folder: Path) -> int | None:
+    """A descriptor of `folder` when it is a channel of this user's (see why_unsafe)."""
     try:
-        fd = os.open(Path(run_dir) / LOCK_NAME, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
+        fd = os.open(folder, os.O_RDONLY | _DIRECTORY | _NOFOLLOW)
     except OSError:
-        return False
+        return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            return True  # held exclusively: the run is alive
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
+        if not why_unsafe(os.fstat(fd)):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _owner(dir_fd: int) -> str:
+    """The owner mark in the directory `dir_fd` ("" when there is none, or it is no regular
+    file of this user's): read without following a link or blocking on a FIFO."""
+    try:
+        fd = os.open(OWNER_NAME, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return ""
+        return os.read(fd, MAX_OWNER_BYTES).decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
     finally:
         os.close(fd)
 
 
+def _same_writer(mark: str, holder: str | None) -> bool:
+    words = mark.split()
+    return holder is not None and len(words) >= 2 and words[:2] == holder.split()[:2]
+
+
 def steerable(run_dir: str | Path) -> bool:
     """True when a live hosted run listens on `run_dir`'s channel and this user may write to
-    it: what a viewer checks before offering the keys that steer."""
-    try:
-        st = os.lstat(channel_dir(run_dir))
-    except OSError:
+    it: the directory passes the checks, a live process holds the run dir's lock, and the
+    directory's owner mark names that process. What a viewer checks before offering the keys
+    that steer."""
+    fd = _open_dir(channel_dir(run_dir))
+    if fd is None:
         return False
-    return not why_unsafe(st) and host_alive(run_dir)
+    try:
+        mark = _owner(fd)
+    finally:
+        os.close(fd)
+    return _same_writer(mark, live_holder(run_dir))
+
+
+def remove_stale(run_dir: str | Path) -> None:
+    """A new writer of `run_dir`, once it holds the lock: remove a control directory that no
+    live run reads (its owner mark names another process, or it has none), as far as it can
+    (its mark first: a directory with entries that cannot be deleted stays, unmarked, and is
+    never steerable). A directory that is not this user's own is left alone (no viewer writes
+    there, no run reads it)."""
+    folder = channel_dir(run_dir)
+    fd = _open_dir(folder)
+    if fd is None:
+        return
+    try:
+        if _owner(fd) in _marks:
+            return  # this process's own (an Inbox opened before its lock)
+        names = sorted(os.listdir(fd), key=lambda name: name != OWNER_NAME)
+        for name in names:
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=fd)
+    except OSError:
+        return
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)
 
 
 def send_request(run_dir: str | Path, command: str, **fields: Any) -> str:
@@ -168,8 +225,33 @@ class Inbox:
             os.close(fd)
             raise ChannelError(f"{self.path} cannot be used as a control channel: {why}")
         self.fd: int | None = fd
+        self.stuck: set[str] = set()  # entries that could not be deleted: left alone
+        self.mark = ""  # what control/owner says: "<pid> <host> <token>"
         for name in self._names():  # a previous run's requests are not this run's
             self._remove(name)
+        self._mark()
+
+    def _mark(self) -> None:
+        """The owner mark: this process's pid and host and a token of this inbox's (a pid
+        reused later is not this inbox), written whole (a temp file renamed)."""
+        assert self.fd is not None
+        self.mark = f"{writer_id()} {secrets.token_hex(8)}"
+        temp = f"{TEMP_PREFIX}{OWNER_NAME}-{secrets.token_hex(4)}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW
+        try:
+            fd = os.open(temp, flags, 0o600, dir_fd=self.fd)
+            try:
+                os.write(fd, self.mark.encode())
+            finally:
+                os.close(fd)
+            os.rename(temp, OWNER_NAME, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            _marks.add(self.mark)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=self.fd)
+            self.close()
+            why = f"{self.path} cannot be marked as this run's ({exc.strerror})"
+            raise ChannelError(why) from None
 
     def _names(self) -> list[str]:
         if self.fd is None:
@@ -179,10 +261,18 @@ class Inbox:
         except OSError:
             return []
 
-    def _remove(self, name: str) -> None:
-        if self.fd is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(name, dir_fd=self.fd)
+    def _remove(self, name: str) -> bool:
+        """Delete `name`; False (and remembered in `stuck`) when it cannot be deleted."""
+        if self.fd is None:
+            return False
+        try:
+            os.unlink(name, dir_fd=self.fd)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            self.stuck.add(name)
+            return False
+        return True
 
     def take(self) -> list[Request]:
         """The requests waiting now, oldest first, each deleted once read; a refused one
@@ -194,11 +284,21 @@ class Inbox:
             self.close(remove=False)
             return [Request("", "", refused=f"the control channel was closed: {why}")]
         out = []
-        for name in self._names():
+        names = self._names()
+        self.stuck &= set(names)  # gone since: forgotten
+        for name in names:
             if not (name.startswith(REQUEST_PREFIX) and name.endswith(REQUEST_SUFFIX)):
-                continue  # a temp file being written, or a stranger: not a request
-            out.append(self._read(name))
-            self._remove(name)
+                continue  # a temp file being written, the owner mark, a stranger: no request
+            if name in self.stuck:
+                continue  # refused once already
+            request = self._read(name)
+            if not self._remove(name):  # obeyed at every poll, were it kept: refused, once
+                why = request.refused or f"request {name}"
+                request = Request(
+                    request.command, request.id,
+                    refused=f"{why}; it cannot be deleted, and is left there unread from now on",
+                )  # fmt: skip
+            out.append(request)
         return out
 
     def _read(self, name: str) -> Request:
@@ -228,6 +328,7 @@ class Inbox:
         """Stop listening; with `remove`, delete what is left and the directory itself."""
         if self.fd is None:
             return
+        _marks.discard(self.mark)
         if remove:
             for name in self._names():
                 self._remove(name)
