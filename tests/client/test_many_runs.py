@@ -253,7 +253,9 @@ def test_a_run_whose_writer_died_while_the_script_went_on_is_failed(tmp_path: Pa
     assert done.returncode == 0, done.stderr
     (died,) = ends(tmp_path / "drv")  # the worker's run: os._exit(3), no end of its own
     assert died["status"] == "failed" and "its writer ended without an end record" in died["reason"]
-    assert [e["status"] for e in ends(tmp_path / "drv-2")] == ["completed"]  # the driver's
+    driver_ends = ends(tmp_path / "drv-2")  # the driver's: its finish(), then the exit code
+    assert [e["status"] for e in driver_ends] == ["completed", "completed"]
+    assert driver_ends[-1]["exit_code"] == 0
 
 
 SYSTEM_EXITS = {
@@ -338,8 +340,12 @@ def test_the_dashboard_follows_the_newest_run(
 
     asyncio.run(drive())
     assert script.finish() == 0
-    for d in (tmp_path / "kf", tmp_path / "kf-2", tmp_path / "kf-3"):
+    for d in (tmp_path / "kf", tmp_path / "kf-2"):
         assert [e["status"] for e in ends(d)] == ["completed"]
+    # the newest run's own end (run.finish()) could not know the exit code; tuitrain run's can
+    told = ends(tmp_path / "kf-3")
+    assert [e["status"] for e in told] == ["completed", "completed"]
+    assert told[-1]["exit_code"] == 0
 
 
 def test_a_run_dir_named_dot_has_siblings_too(
@@ -417,3 +423,20 @@ def test_every_rank_logging_under_tuitrain_run_is_one_run_and_the_job_lives(
     assert all(r["rank_seen"] == 0.0 for r in trains)  # rank 0's rows only
     assert recs[-1]["type"] == "end" and recs[-1]["status"] == "completed"
     assert not list(tmp_path.glob("run-*"))  # no second run beside it
+
+
+@pytest.mark.slow
+def test_a_run_the_script_finished_itself_gets_the_exit_code_tuitrain_run_saw(
+    tmp_path: Path,
+) -> None:
+    """`wandb.finish()` writes an end record with no exit code (the process has not ended);
+    under `tuitrain run`, which sees the real one, the run's last end record carries it."""
+    script = tmp_path / "finished.py"
+    script.write_text(
+        "import wandb\nwandb.init(project='p')\nwandb.log({'loss': 1.0})\nwandb.finish()\n"
+    )
+    hosted = tuitrain_run(tmp_path / "hosted", sys.executable, "-m", "tuitrain.wandb", str(script))
+    assert hosted.returncode == 0, hosted.stderr
+    told = ends(tmp_path / "hosted")
+    assert told[0]["status"] == "completed" and told[0].get("exit_code") is None
+    assert told[-1]["status"] == "completed" and told[-1]["exit_code"] == 0

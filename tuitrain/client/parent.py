@@ -495,16 +495,16 @@ def ensure_end(
     grace_s: float = GRACE_S, newest: bool = True,
 ) -> None:  # fmt: skip
     """Append an end record when the script left none (and a header when it wrote nothing),
-    or a later one when it left "completed" but exited non-zero, or left an exit code it
-    could not read (null); a warning event first when it left processes behind. The end
-    record names the exit code and the last step seen. A run that is not the script's
-    `newest` (a k-fold loop's earlier folds) keeps an end record of its own as it is: the
-    exit code, and what was left running, are the last run's."""
+    or a later one when it left "completed" but exited non-zero, or left no exit code (null,
+    or none: a `finish()` called before the script ended); a warning event first when it
+    left processes behind. The end record names the exit code and the last step seen. A run
+    that is not the script's `newest` (a k-fold loop's earlier folds) keeps an end record of
+    its own as it is: the exit code, and what was left running, are the last run's."""
     last, step = last_records(metrics)
     left_end = last is not None and last.get("type") == "end"
-    unread = (
-        left_end and newest and "exit_code" in (last or {}) and (last or {})["exit_code"] is None
-    )
+    # the script's end record does not know how the process ends (null, or no exit_code at
+    # all: `wandb.finish()`, `run.finish()` before the script returns): this run does
+    unread = left_end and newest and (last or {}).get("exit_code") is None
     wrong = (
         left_end
         and newest

@@ -58,6 +58,7 @@ from tuitrain.client.parent import (
 from tuitrain.core.errors import EXIT_USAGE, OneLineParser, UserError
 from tuitrain.host.stdio import can_draw_ui
 
+TRAIN_LINE_EVERY_S = 5.0  # --no-ui: a script's train records, a line at most this often
 TREE_EVERY_S = 30.0  # --no-ui: a line on the script's process tree this often
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -188,17 +189,28 @@ def run_headless(script: Script, on_alert: str | None = None) -> int:
     actions = AlertActions(script, on_alert, say)
     tree.sample()  # the CPU share is measured from here
 
-    def show(n: int, tail: Tail, many: bool) -> None:
+    cadence: dict[int, TrainCadence] = {}
+
+    def line(n: int, record: dict[str, Any], many: bool) -> None:
+        if text := format_record(record):
+            text = f"{console_clock(record)} {text}"  # when, as tuitrain --no-ui's lines
+            say(f"run {n}: {text}" if many else text)
+
+    def show(n: int, tail: Tail, many: bool, final: bool = False) -> None:
+        pace = cadence.setdefault(n, TrainCadence())
         for record in tail.read():
             actions.see(record)
-            if record.get("type") != "header" and (text := format_record(record)):
-                text = f"{console_clock(record)} {text}"  # when, as tuitrain --no-ui's lines
-                say(f"run {n}: {text}" if many else text)
+            if record.get("type") == "header":
+                continue
+            for shown in pace.take(record):
+                line(n, shown, many)
+        if final and (last := pace.flush()) is not None:
+            line(n, last, many)
 
-    def show_records() -> None:
+    def show_records(final: bool = False) -> None:
         runs = script.runs()  # first: a run listed now has its records in its own file
         for n, tail in enumerate(tails, 1):
-            show(n, tail, len(runs) > 1)
+            show(n, tail, len(runs) > 1, final)
         for path in runs[len(tails) :]:  # a later run of the script: a line, then its records
             tails.append(Tail(path / "metrics.jsonl"))
             say(f"run {len(tails)} started: {path}")
@@ -217,9 +229,39 @@ def run_headless(script: Script, on_alert: str | None = None) -> int:
         code = script.finish()  # signals still go to the script (and its leftovers) meanwhile
     finally:
         undo()
-    show_records()
+    show_records(final=True)
     actions.close()
     return code
+
+
+class TrainCadence:
+    """Which of a script's records `tuitrain run --no-ui` prints: a train line at most every
+    TRAIN_LINE_EVERY_S (the engine's headless runs print one per log interval; a script may
+    log every step), the train record before an eval, an event or the end record (so the
+    figures beside them are the newest), and every eval, event and end record. All of them
+    stay in the run's metrics file; a traceback is not buried under a line per step."""
+
+    def __init__(self, every_s: float = TRAIN_LINE_EVERY_S) -> None:
+        self.every_s = every_s
+        self.last_shown: float | None = None  # when the last train line was printed
+        self.held: dict[str, Any] | None = None  # the newest train record not printed
+
+    def take(self, record: dict[str, Any]) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        if record.get("type") == "train":
+            if self.last_shown is None or now - self.last_shown >= self.every_s:
+                self.held, self.last_shown = None, now
+                return [record]
+            self.held = record
+            return []
+        held = self.flush()
+        return [held, record] if held is not None else [record]
+
+    def flush(self) -> dict[str, Any] | None:
+        held, self.held = self.held, None
+        if held is not None:
+            self.last_shown = time.monotonic()
+        return held
 
 
 def run_dashboard(script: Script, on_alert: str | None = None) -> int:

@@ -1,9 +1,9 @@
 """Plain file-descriptor work for runs with or without a UI (no Textual here).
 
 Keep native stderr (torch's C++ warnings, the profiler's logs) off a dashboard or a rank's
-terminal, write a last line that survives a terminal gone away, and a stream that drops
-output once the terminal hung up (`TerminalOutput`; the UI's driver draws through it, see
-`tuitrain.ui.terminal`).
+terminal, write a last line that survives a terminal gone away, a stream that drops output
+once the terminal hung up (`TerminalOutput`; the UI's driver draws through it, see
+`tuitrain.ui.terminal`), and move fds 0-2 off a terminal a detached run outlives.
 
 Textual draws on `sys.__stderr__`. Libraries below Python write to file descriptor 2
 directly, which would scribble over the screen. While the app runs, fd 2 points at a log
@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from tuitrain.core.errors import UserError
 from tuitrain.core.safefile import open_nofollow
 
 
@@ -76,6 +78,43 @@ def stdout_gone() -> None:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, sys.stdout.fileno())
         os.close(null)
+
+
+def terminal_gone(fds: tuple[int, ...] = (1, 2)) -> bool:
+    """True when stdout or stderr is a terminal that hung up (its window closed, its SSH
+    session ended) or a pipe whose reader left: poll() says POLLHUP or POLLERR at once. A
+    file, /dev/null or a terminal still open: False."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, 0)  # POLLHUP, POLLERR and POLLNVAL come whatever is asked
+    dead = select.POLLHUP | select.POLLERR | select.POLLNVAL
+    return any(events & dead for _, events in poller.poll(0))
+
+
+def std_streams_to(path: Path) -> None:
+    """The terminal is gone: fds 1 and 2 append to `path` from now on (native code writes
+    there too), and what Python still held for the terminal is dropped, not written there
+    late. When `path` cannot be opened, they go to /dev/null: nothing waits on a dead tty."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()  # a line that failed with EIO is still buffered: into /dev/null
+    try:
+        with open_nofollow(path, "ab") as log:  # refuses a link, a FIFO, a directory
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+    except (OSError, UserError):  # UserError: a link or a FIFO planted there
+        pass
+
+
+def stdin_from_devnull() -> None:
+    """fd 0 reads /dev/null: nothing left in this process reads the terminal's keys."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
 
 
 def print_out(line: str) -> None:

@@ -675,9 +675,12 @@ def carry_on_detached(host: RunHost) -> int:
     """`d` in the quit question: the dashboard is gone, the run trains on in this process
     with line logs on stdout until its end; `tuitrain watch RUN_DIR` shows it again (and
     steers it). Ctrl-C stops it at a step boundary and saves (130); SIGTERM too (143). A
-    hangup does not: the terminal may close (an SSH session ends) and the run goes on, its
-    lines dropped (the run dir keeps them). The run's exit code."""
+    hangup does not: the terminal may close (an SSH session ends) and the run goes on. It
+    reads no keys (stdin is /dev/null); once the terminal is gone (checked every half
+    second) stdout and stderr, native writes included, go to the run's train.log, which
+    already holds every line. The run's exit code."""
     from tuitrain.host.signals import stop_run_on_signals
+    from tuitrain.host.stdio import std_streams_to, stdin_from_devnull, terminal_gone
     from tuitrain.metrics.sinks import ConsoleSink
 
     lines = ConsoleSink()
@@ -693,14 +696,26 @@ def carry_on_detached(host: RunHost) -> int:
         f"with line logs; closing the terminal does not stop it. tuitrain watch {run_dir} "
         "shows it again; Ctrl-C stops it at a step boundary and saves"
     )
+    stdin_from_devnull()
+    log = Path(host.run_dir) / host.log_name if host.run_dir is not None else Path(os.devnull)
+    on_terminal = True
+
+    def leave_terminal_if_gone() -> None:
+        nonlocal on_terminal
+        if on_terminal and terminal_gone():
+            on_terminal = False
+            lines.close()  # train.log has these lines already: no second copy there
+            std_streams_to(log)
+
     restore = stop_run_on_signals(host.control, signums=(signal.SIGINT, signal.SIGTERM))
     hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
     try:
         while not host.join(0.5):
-            pass
+            leave_terminal_if_gone()
     finally:
         signal.signal(signal.SIGHUP, hangup)
         restore()
+    leave_terminal_if_gone()  # gone in the last half second: the last lines land there too
     if host.run_dir is not None:
         say(f"tuitrain: run dir {host.run_dir}")
     result = host.result
