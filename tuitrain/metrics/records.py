@@ -551,6 +551,25 @@ def task_declaration(header: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
+# Words of a metric's name (split at "_") that say lower is better, for a metric the header
+# does not declare (a script's `val/loss`, `val/error_rate`...); a word starting with "err" too.
+LOWER_IS_BETTER = frozenset(
+    {"loss", "nll", "perplexity", "ppl", "mse", "mae", "rmse", "wer", "cer", "bpc", "bpb"}
+)
+
+
+def metric_goal(name: str, task: Mapping[str, Any]) -> str:
+    """An evaluation metric's goal, "max" or "min": as `task` (a task_declaration) declares
+    it (the primary's by the task's mode), else by its name (LOWER_IS_BETTER)."""
+    if name == task["primary"]:
+        return "max" if task["mode"] == "max" else "min"
+    spec = next((m for m in task["metrics"] if m["name"] == name), None)
+    if spec is not None and spec["goal"] in ("min", "max"):
+        return str(spec["goal"])
+    words = name.removeprefix(EVAL_PREFIX).lower().split("_")
+    return "min" if any(w in LOWER_IS_BETTER or w.startswith("err") for w in words) else "max"
+
+
 def train_metric_items(rec: Mapping[str, Any]) -> list[tuple[str, float | None]]:
     """The task's own metrics of a train record (every field outside the contract whose
     value is a number or null), in record order."""

@@ -1,60 +1,48 @@
 """The one run summary: what `tuitrain runs`, an ending, compare and the gate say of a run.
 
-A run is every segment it resumed. `tuitrain --resume` appends a header and its records to the
-run's file; that header's `history` (records.header_history, written by the engine from
-`earlier_segments` when it resumes) says what the segments before it were. So a run is read
-from its last header and the tail after it, never the whole file: the last header is found
-backwards with bytes operations (`HEADER_LINE`, a chunk at a time; no line before it is
-parsed), the tail is rundir.read's. The duration is the earlier segments' plus this one's, the
-best evaluation the best of theirs and the tail's, the steps the last segment's, the start the
-first segment's. A header without `history` starts a run (a fresh run, or a resume written
-before headers carried it).
+A run is every segment it resumed: `tuitrain --resume` appends a header and its records to
+the run's file, and that header's `history` says what the segments before it were
+(rundir.segments). So a run is read from its last header and the tail after it, never the
+whole file: its duration is the earlier segments' plus this one's, its best evaluation the
+best of theirs and the tail's, its steps the last segment's, its start the first segment's.
+A header without `history` starts a run (a fresh run, or a resume written before headers
+carried it).
 
 The metric a run is judged by (`judged_metric`): the primary metric its header's task
 declares; a task that declares none (a script's) is judged by the first evaluation metric it
 logged other than its loss (a script's `val/acc`, `eval/f1` ...), else by its loss. Its goal
 and format are the header's declaration where it has one; otherwise lower is better for a
-name that says loss or error (LOWER_IS_BETTER), higher for any other, and the format a plain
-number.
+name that says loss or error (records.metric_goal), higher for any other, and the format a
+plain number.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import Any
 
-from tuitrain.core.safefile import NotRegular, open_regular
+from tuitrain.core.safefile import NotRegular
 from tuitrain.metrics.format import format_duration, format_value
 from tuitrain.metrics.records import (
     EVAL_PREFIX,
-    MAX_HEADER_BYTES,
     eval_metric_items,
     format_metric,
-    header_history,
     history_of,
-    record_time,
+    metric_goal,
     task_declaration,
     valid_step,
 )
-from tuitrain.rundir.follow import HEADER_PREFIX, TRAIN_PREFIX
 from tuitrain.rundir.layout import RunDir
 from tuitrain.rundir.lock import writer_gone
-from tuitrain.rundir.read import parse_line, read_tail
+from tuitrain.rundir.segments import better, read_segment, segment_seconds
 from tuitrain.rundir.state import quiet_seconds, run_status
 
-HEADER_LINE = b"\n" + HEADER_PREFIX  # a header's line as every writer starts it, after a newline
-SEARCH_CHUNK = 1 << 20  # the backwards search for the last header reads this much at a time
 VAL_LOSS = EVAL_PREFIX + "loss"  # the contract's validation loss (a script's `val/loss`)
-# words of a metric's name (split at "_") that say lower is better; a word starting with
-# "err" too (err, error, errors)
-LOWER_IS_BETTER = frozenset(
-    {"loss", "nll", "perplexity", "ppl", "mse", "mae", "rmse", "wer", "cer", "bpc", "bpb"}
-)
 
 
 @dataclass
@@ -94,18 +82,6 @@ class Judged:
     format: str
 
 
-def metric_goal(name: str, task: Mapping[str, Any]) -> str:
-    """An evaluation metric's goal, "max" or "min": as `task` (a task_declaration) declares
-    it, else by its name (LOWER_IS_BETTER)."""
-    if name == task["primary"]:
-        return "max" if task["mode"] == "max" else "min"
-    spec = next((m for m in task["metrics"] if m["name"] == name), None)
-    if spec is not None and spec["goal"] in ("min", "max"):
-        return str(spec["goal"])
-    words = name.removeprefix(EVAL_PREFIX).lower().split("_")
-    return "min" if any(w in LOWER_IS_BETTER or w.startswith("err") for w in words) else "max"
-
-
 def judged_metric(header: Mapping[str, Any] | None, names: Iterable[str]) -> Judged | None:
     """The metric a run is judged by (see the module's docstring): the header's declared
     primary, else the first of `names` (the evaluation metrics the run logged, in order)
@@ -126,68 +102,6 @@ def eval_names(evals: Iterable[Mapping[str, Any]]) -> list[str]:
     return list(dict.fromkeys(n for rec in evals for n, _ in eval_metric_items(rec)))
 
 
-def better(a: float | None, b: float, mode: str) -> float:
-    """The better of `a` (None: none yet) and `b` by `mode`."""
-    if a is None:
-        return b
-    return max(a, b) if mode == "max" else min(a, b)
-
-
-# --------------------------------------------------------------------------- the last header
-
-
-def _header_at(f: BinaryIO, offset: int) -> tuple[dict[str, Any] | None, int]:
-    """(the header whose whole line starts at `offset`, the offset after its line), or
-    (None, 0): no header there, or its line not written whole yet."""
-    f.seek(offset)
-    line = f.readline(MAX_HEADER_BYTES + 1)
-    if not line.endswith(b"\n"):
-        return None, 0
-    rec = parse_line(line[:-1])
-    if rec is None or rec.get("type") != "header":
-        return None, 0
-    return rec, offset + len(line)
-
-
-def _header_starts(f: BinaryIO, begin: int, size: int) -> Iterator[int]:
-    """The offsets of the lines after byte `begin` (a newline) that start as a header, the
-    last first: bytes searched backwards SEARCH_CHUNK at a time, no line parsed."""
-    pos, width = size, len(HEADER_LINE)
-    while pos > begin:
-        start = max(begin, pos - SEARCH_CHUNK)
-        f.seek(start)
-        data = f.read(min(size, pos + width - 1) - start)  # a match across `pos` is whole
-        end = len(data)
-        while (at := data.rfind(HEADER_LINE, 0, end)) >= 0:
-            yield start + at + 1
-            end = at
-        pos = start
-
-
-def _last_header(f: BinaryIO, size: int) -> tuple[dict[str, Any], int] | None:
-    """(the file's last header, the offset after its line); None when the first line is no
-    header (no run)."""
-    first, after = _header_at(f, 0)
-    if first is None:
-        return None
-    for offset in _header_starts(f, after - 1, size):
-        found, found_after = _header_at(f, offset)
-        if found is not None:
-            return found, found_after
-    return first, after
-
-
-def _read_segment(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], int] | None:
-    """(the last header, the tail's records after it, the file size read); None: no run."""
-    with cast(BinaryIO, open_regular(path, "rb")) as f:
-        size = f.seek(0, 2)
-        found = _last_header(f, size)
-        if found is None:
-            return None
-        header, after = found
-        return header, read_tail(f, after, size), size
-
-
 # --------------------------------------------------------------------------- the summary
 
 
@@ -202,7 +116,7 @@ def summarize_metrics(path: Path, run_dir: Path | None = None) -> RunSummary | N
     run_dir = path.parent if run_dir is None else run_dir
     for _ in range(3):
         try:
-            read = _read_segment(path)
+            read = read_segment(path)
         except (OSError, NotRegular):
             return None
         if read is None:
@@ -293,94 +207,16 @@ def summary_of(
     )
 
 
-def segment_seconds(
-    header: Mapping[str, Any], end: Mapping[str, Any] | None, now: float | None
-) -> float | None:
-    """How long the segment under `header` ran: its end's elapsed_s, else from its header's
-    time to `now` (the file's last change: a run still going, or one that died)."""
-    if end is not None and _finite(end.get("elapsed_s")):
-        return float(end["elapsed_s"])
-    when = record_time(header)
-    if when is None or now is None:
-        return None
-    return max(now - when.timestamp(), 0.0)
-
-
 def run_end(run_dir: Path) -> dict[str, Any] | None:
     """The end record of a run's last segment (its last header and tail read, never the
     whole file), or None: no end record yet, or no run there."""
     try:
-        read = _read_segment(RunDir(run_dir).metrics)
+        read = read_segment(RunDir(run_dir).metrics)
     except (OSError, NotRegular):
         return None
     if read is None:
         return None
     return next((r for r in reversed(read[1]) if r.get("type") == "end"), None)
-
-
-def earlier_segments(path: Path) -> dict[str, Any] | None:
-    """The `history` of the header a resumed run is about to append to `path`: the last
-    header's history and the segment after it, read once (its train lines left unparsed but
-    the last). None when the file holds no run (a resume into a new run dir)."""
-    try:
-        with cast(BinaryIO, open_regular(path, "rb")) as f:
-            found = _last_header(f, f.seek(0, 2))
-            if found is None:
-                return None
-            header, after = found
-            segment = _Segment(header)
-            f.seek(after)
-            last_train = b""
-            for line in f:
-                if not line.endswith(b"\n"):
-                    break  # cut: the writer died mid-line
-                if line.startswith(TRAIN_PREFIX):
-                    last_train = line
-                elif (rec := parse_line(line[:-1])) is not None:
-                    segment.add(rec)
-    except (OSError, NotRegular):
-        return None
-    if last_train and (rec := parse_line(last_train[:-1])) is not None:
-        segment.add(rec)
-    return segment.history()
-
-
-class _Segment:
-    """What one segment's records say, taken one record at a time (`earlier_segments`)."""
-
-    def __init__(self, header: dict[str, Any]) -> None:
-        self.header, self.task = header, task_declaration(header)
-        self.prior = history_of(header)
-        self.best: dict[str, float] = dict(self.prior["best"]) if self.prior else {}
-        self.end: dict[str, Any] | None = None
-        self.last_time: float | None = None
-        self.step: int | None = None
-
-    def add(self, rec: dict[str, Any]) -> None:
-        kind = rec.get("type")
-        if (when := record_time(rec)) is not None:
-            self.last_time = max(self.last_time or 0.0, when.timestamp())
-        if kind in ("train", "eval", "end") and valid_step(rec.get("step")):
-            self.step = max(self.step or 0, rec["step"])
-        if kind == "end":
-            self.end = rec
-        elif kind == "eval":
-            for name, value in eval_metric_items(rec):
-                if value is not None:
-                    goal = metric_goal(name, self.task)
-                    self.best[name] = better(self.best.get(name), float(value), goal)
-
-    def history(self) -> dict[str, Any]:
-        prior, header = self.prior, self.header
-        seconds = segment_seconds(header, self.end, self.last_time) or 0.0
-        started = header.get("time") if isinstance(header.get("time"), str) else None
-        return header_history(
-            segments=(prior["segments"] if prior else 0) + 1,
-            elapsed_s=(prior["elapsed_s"] if prior else 0.0) + seconds,
-            started=prior["started"] if prior and prior["started"] else started,
-            step=self.step if self.step is not None else (prior["step"] if prior else None),
-            best=self.best,
-        )
 
 
 def _finite(value: object) -> bool:

@@ -33,15 +33,9 @@ from tuitrain.metrics.records import CLASSIFY_DECLARATION, format_metric
 from tuitrain.metrics.store import MetricStore, Series, Snapshot
 from tuitrain.rundir.layout import METRICS_NAME
 from tuitrain.rundir.lock import writer_gone
+from tuitrain.rundir.segments import segment_seconds
 from tuitrain.rundir.state import quiet_seconds, run_status
-from tuitrain.rundir.summary import (
-    VAL_LOSS,
-    RunSummary,
-    eval_names,
-    judged_metric,
-    segment_seconds,
-    summary_of,
-)
+from tuitrain.rundir.summary import VAL_LOSS, RunSummary, eval_names, judged_metric, summary_of
 from tuitrain.ui.screens.help import HelpScreen, binding_commands
 from tuitrain.ui.stopping import StoppingApp
 from tuitrain.ui.view import (
@@ -108,22 +102,10 @@ class CompareRow:
         return self.run.status
 
     @property
-    def step(self) -> int | None:
-        return self.run.steps
-
-    @property
-    def median_rate(self) -> float | None:
-        return self.run.samples_per_s
-
-    @property
     def metric_key(self) -> str:
         """The metric the run is judged by (its loss before any evaluation of a task that
         declares none)."""
         return self.run.best_metric or VAL_LOSS
-
-    @property
-    def metric_format(self) -> str:
-        return self.run.best_format
 
     @property
     def metric_label(self) -> str:
@@ -171,7 +153,7 @@ def summarize(snap: Snapshot, path: Path) -> CompareRow:
         end=snap.end,
         evals=snap.evals,
         steps=steps,
-        segment_s=None if snap.header is None else segment_seconds(
+        segment_s=segment_seconds(
             snap.header, snap.end, None if quiet is None else time.time() - quiet
         ),
         samples_per_s=median(snap.get("samples_per_s").ys),
@@ -195,9 +177,10 @@ def summarize(snap: Snapshot, path: Path) -> CompareRow:
 
 def throughput_ratio(a: CompareRow, b: CompareRow) -> float | None:
     """B's median samples/s over A's, or None when either is unknown."""
-    if a.median_rate is None or b.median_rate is None or a.median_rate <= 0:
+    rate_a, rate_b = a.run.samples_per_s, b.run.samples_per_s
+    if rate_a is None or rate_b is None or rate_a <= 0:
         return None
-    return b.median_rate / a.median_rate
+    return rate_b / rate_a
 
 
 def metric_gap(a: CompareRow, b: CompareRow) -> float | None:
@@ -205,7 +188,7 @@ def metric_gap(a: CompareRow, b: CompareRow) -> float | None:
     either is unknown or the runs' primary metrics differ."""
     if a.metric_key != b.metric_key or a.metric is None or b.metric is None:
         return None
-    return (b.metric - a.metric) * (100 if a.metric_format == "pct" else 1)
+    return (b.metric - a.metric) * (100 if a.run.best_format == "pct" else 1)
 
 
 def comparison_text(a: CompareRow, b: CompareRow, names: tuple[str, str] = ("A", "B")) -> str:
@@ -217,7 +200,7 @@ def comparison_text(a: CompareRow, b: CompareRow, names: tuple[str, str] = ("A",
     if a.median_tflops and b.median_tflops is not None:
         flops_ratio = b.median_tflops / a.median_tflops
     same = a.metric_key == b.metric_key
-    pct = a.metric_format == "pct"
+    pct = a.run.best_format == "pct"
     gap = metric_gap(a, b)
     ratio_text = DASH if ratio is None else f"×{ratio:.2f}"
     if gap is None:
@@ -279,14 +262,14 @@ def table_text(rows: Sequence[tuple[Source, CompareRow]], width: int) -> str:
     for source, s in rows:
         label = s.label if len(s.label) <= label_w else s.label[: label_w - 1] + "…"
         style = STATE_STYLE.get(s.state, "$foreground")
-        step = DASH if s.step is None else f"{s.step:,}"
-        acc = DASH if s.metric is None else format_metric(s.metric, s.metric_format)
+        step = DASH if s.run.steps is None else f"{s.run.steps:,}"
+        acc = DASH if s.metric is None else format_metric(s.metric, s.run.best_format)
         mfu = DASH if s.median_mfu is None else f"{100 * s.median_mfu:.1f}%"
         perf_cells = f" {tflops_cell(s.median_tflops):>7} {mfu:>5}" if perf else ""
         lines.append(
             f"[b ${source.color}]■ {escape(source.name)}[/] {escape(f'{label:<{label_w}}')} "
             f"[{style}]{escape(f'{s.state:<9}')}[/] {step:>10} {_num(s.loss, '.4f'):>7} "
-            f"{format_rate(s.median_rate):>9}{perf_cells} {acc:>7}"
+            f"{format_rate(s.run.samples_per_s):>9}{perf_cells} {acc:>7}"
         )
     return "\n".join(lines)
 
