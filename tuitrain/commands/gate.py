@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument(
         "--warmup", type=int, default=3, metavar="N",
-        help="log points left out at the start of each run (compile, warm-up; default 3)",
+        help="log points left out at the start of each run and each resumed segment (compile, "
+        "warm-up; default 3)",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     return p
@@ -338,9 +339,9 @@ def judge(base: RunFigures, cand: RunFigures, max_slowdown: float, max_drop: flo
     return {"verdict": "FAIL" if failed else "PASS", "checks": rows,
             "runs": {"baseline": base.summary.to_json(), "candidate": cand.summary.to_json()},
             "test": f"throughput: bootstrap 95% interval of the ratio of medians ({RESAMPLES} "
-                    "resamples of the log points after warm-up, seed 0); metric: the last "
-                    "evaluation of each run, no interval (one value per run); a check that "
-                    "cannot be made fails"}  # fmt: skip
+                    "resamples of the log points after each segment's warm-up, seed 0); "
+                    "metric: the last evaluation of each run, no interval (one value per run); "
+                    "a check that cannot be made fails"}  # fmt: skip
 
 
 def fmt(value: Any) -> str:
