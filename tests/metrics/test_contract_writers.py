@@ -51,6 +51,7 @@ CONTRACT = PACKAGE / "metrics" / "records.py"
 ALLOWED = {
     ("rundir/follow.py", 'TRAIN_PREFIX = b\'{"type": "train"\''),
     ("rundir/follow.py", 'EVENT_PREFIX = b\'{"type": "event"\''),
+    ("rundir/follow.py", 'HEADER_PREFIX = b\'{"type": "header"\''),
     ("rundir/follow.py", 'NON_TRAIN_LINE = re.compile(rb\'\\n(?!\\{"type": "train")([^\\n]*)\')'),
     ("rundir/follow.py", 'Only the train lines the engine writes (`{"type": "train"` first)'),
     ("metrics/sinks.py", 'ordered["type"] = _clean(record["type"])'),
@@ -138,7 +139,7 @@ def test_header_fields_in_order() -> None:
     assert header_record(preset="p", config={}, task={}) == {
         "type": "header", "preset": "p", "config": {}, "task": {}
     }  # fmt: skip
-    assert ENGINE_HEADER_FIELDS[0] == "type" and ENGINE_HEADER_FIELDS[-1] == "task"
+    assert ENGINE_HEADER_FIELDS[0] == "type" and ENGINE_HEADER_FIELDS[-2:] == ("task", "history")
     assert set(HEADER_FIELDS) == {*ENGINE_HEADER_FIELDS, *CLIENT_HEADER_FIELDS}
     with pytest.raises(ValueError, match="hostnme"):
         header_record(preset="p", hostnme="x")

@@ -1,28 +1,32 @@
 """`tuitrain gate BASELINE CANDIDATE`: a CI step that fails when a change made training
 slower or worse.
 
-Throughput: the median samples/s over each run's log points after the first `--warmup`
-(compile, cold caches), and a 95% bootstrap interval of the ratio candidate / baseline
+A run is every segment it resumed (`tuitrain --resume` appends to its file): the gate reads
+every record of each (one pass, memory flat) and each run's summary (`rundir.summary`: its
+status by the one state rule, segments, duration, best), which the JSON and the table show.
+
+Throughput: the median samples/s over each run's log points after the first `--warmup` of each
+segment (compile, cold caches), and a 95% bootstrap interval of the ratio candidate / baseline
 (2,000 resamples of each run's log points, seeded: the same runs give the same verdict). The
 candidate FAILS when the interval's upper end is below 1 - `--max-slowdown`/100: slower by
 more than the limit beyond what the log points' own spread explains. Two runs of one config on
 a noisy machine pass at the default 10%.
 
-Quality: the primary metric the header declares (accuracy for classification; the task's
-otherwise; a script run's `val_loss`), last evaluation of each run. The candidate FAILS when it
-is worse by more than `--max-drop` in the metric's units (accuracy in points; default 0.5
-point, or the task's parity tolerance, else 1% of the baseline's value). The table says the
-change in words whose sign cannot be misread ("better by 0.4 pt", "worse by 1.2 pt"), and
-accuracy with its unit (85.3%) beside a limit in points. One value per run:
-no interval (the records hold no per-item values); say so.
+Quality: the metric the run is judged by (`rundir.summary.judged_metric`: the primary metric
+the header declares, accuracy for classification; a script's first evaluation metric other
+than its loss, else its loss), last evaluation of each run, by the metric's goal. The candidate
+FAILS when it is worse by more than `--max-drop` in the metric's units (a share, declared pct,
+in points; default 0.5 point, or the task's parity tolerance for its primary, else 1% of the
+baseline's value). The table says the change in words whose sign cannot be misread ("better
+by 0.4 pt", "worse by 1.2 pt"), and a share with its unit (85.3%) beside a limit in points.
+One value per run: no interval (the records hold no per-item values); say so.
 
 A verdict is never a pass by default: a check that cannot be made fails and the table says
 why (fewer than MIN_RATE_POINTS log points with samples/s after the warm-up; no evaluation of
-the primary metric, or a last evaluation that is not finite). So does a run that did not end
-cleanly: it ended failed, has no end record (crashed), or its loss became NaN or inf (a
-"run ended cleanly" row). Runs of different tasks, or of one task judged by different
-primary metrics (the headers' declarations), are no input to compare: exit 2, one sentence
-naming both.
+the judged metric, or a last evaluation that is not finite). So does a run that did not end
+cleanly: its last segment ended failed or has no end record (crashed, still running, silent),
+or its loss became NaN or inf (a "run ended cleanly" row). Runs of different tasks, or of one
+task judged by different metrics, are no input to compare: exit 2, one sentence naming both.
 
 The interval costs O(n log n) per run and not per resample: each run's points are sorted
 once and each resample's median is drawn from the order statistics' law (`median_draws`).
@@ -47,12 +51,19 @@ from pathlib import Path
 from typing import Any
 
 from tuitrain.core.errors import EXIT_USAGE, OneLineParser, UserError
-from tuitrain.metrics.records import task_declaration, valid_step
+from tuitrain.metrics.records import EVAL_PREFIX, task_declaration, valid_step
+from tuitrain.rundir.ending import figures as run_figures
+from tuitrain.rundir.summary import Judged, RunSummary, judged_metric, summarize_metrics
 
 EXIT_GATE_FAIL = 1
 RESAMPLES = 2000
 MIN_RATE_POINTS = 5  # log points after the warm-up for a throughput interval
 OK_STATUSES = ("completed", "stopped")  # an end record's status the gate can judge
+NO_END = {  # the state rule's statuses of a last segment without an end record
+    "running": "it is still running",
+    "silent": "nothing written for a while: it may have died",
+    "crashed": "it crashed: its process is gone",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument(
         "--warmup", type=int, default=3, metavar="N",
-        help="log points left out at the start of each run (compile, warm-up; default 3)",
+        help="log points left out at the start of each run and each resumed segment (compile, "
+        "warm-up; default 3)",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     return p
@@ -82,24 +94,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 @dataclass
 class RunFigures:
+    """One run as the gate judges it: its summary (`rundir.summary.RunSummary`, the one every
+    command uses: status, segments, duration, best) and what only the gate reads, from every
+    record of every segment it resumed: the throughput log points (each segment's warm-up
+    left out), the judged metric's last evaluation, the first non-finite loss."""
+
     path: Path
+    summary: RunSummary
+    header: dict[str, Any]  # the last segment's: its task declares what is judged
+    judged: Judged | None = None  # the metric it is judged by (rundir.summary.judged_metric)
     rates: list[float] = field(default_factory=list)
-    header: dict[str, Any] | None = None
     metric: float | None = None  # the last evaluation's value (nan when it is not finite)
-    metric_key: str | None = None
     metric_step: int | None = None
-    status: str | None = None  # the end record's; None: no end record
-    reason: str = ""
+    reason: str = ""  # the last segment's end record's reason
     nonfinite_loss: int | None = None  # the first step whose loss was NaN or inf (-1: unknown)
-    log_points: int = 0  # train records with samples/s, warm-up included
+    log_points: int = 0  # train records with samples/s, warm-ups included
 
     @property
     def task(self) -> dict[str, Any]:
         return task_declaration(self.header)
 
+    @property
+    def status(self) -> str:
+        """The one state rule's (rundir.state.run_status), over the last segment."""
+        return self.summary.status
+
+    @property
+    def metric_key(self) -> str | None:
+        return self.judged.name if self.judged is not None else None
+
 
 def metrics_path(target: str) -> Path:
-    """The metrics file of an existing run (runfile's rule), or UserError (exit 2)."""
+    """The metrics file of an existing run (rundir.read's rule), or UserError (exit 2)."""
     from tuitrain.rundir.read import run_target
 
     path = run_target(target)
@@ -109,50 +135,51 @@ def metrics_path(target: str) -> Path:
 
 
 def read_run(target: str, warmup: int) -> RunFigures:
+    """Every record of the run in `target`, every segment it resumed (one pass, memory flat),
+    and its summary."""
     from tuitrain.commands.export import Reading
 
     path = metrics_path(target)
-    run = RunFigures(path)
-    last_eval: dict[str, Any] | None = None
+    summary = summarize_metrics(path)
+    if summary is None:
+        raise UserError(f"{path} does not start with a header record; it is not a tuitrain run.")
+    header: dict[str, Any] = {}
+    segment: list[float] = []  # this segment's log points
     rates: list[float] = []
-    key: str | None = None
+    last_evals: dict[str, dict[str, Any]] = {}  # each evaluation metric's last record
+    reason = ""
+    nonfinite: int | None = None
+    points = 0
     for record in Reading(path):
         kind = record.get("type")
-        if kind == "header" and run.header is None:
-            run.header = record
-            key = task_declaration(record)["primary"] or "val_loss"
+        if kind == "header":
+            header, reason = record, ""
+            rates += segment[warmup:]  # each segment's warm-up left out (compile, caches)
+            segment = []
         elif kind == "train":
             rate = record.get("samples_per_s")
             if isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0:
-                rates.append(float(rate))
+                segment.append(float(rate))
+                points += 1
             loss = record.get("loss")
-            if (
-                run.nonfinite_loss is None
-                and isinstance(loss, (int, float))
-                and not math.isfinite(loss)
-            ):
-                step = record.get("step")
-                run.nonfinite_loss = step if valid_step(step) else -1
+            if nonfinite is None and isinstance(loss, (int, float)) and not math.isfinite(loss):
+                nonfinite = record["step"] if valid_step(record.get("step")) else -1
         elif kind == "eval":
-            if key is not None and key in record:
-                last_eval = record
+            for name in record:  # a NaN too: a last evaluation that is not finite fails
+                if name.startswith(EVAL_PREFIX):
+                    last_evals[name] = record
         elif kind == "event":
             if (
-                run.nonfinite_loss is None
+                nonfinite is None
                 and record.get("kind") == "alert"
                 and record.get("alert") == "nonfinite_loss"
             ):
-                step = record.get("step")
-                run.nonfinite_loss = step if valid_step(step) else -1
+                nonfinite = record["step"] if valid_step(record.get("step")) else -1
         elif kind == "end":
-            status = record.get("status")
-            run.status = status if isinstance(status, str) else "unknown"
-            run.reason = str(record.get("reason") or "")
-    if run.header is None:
-        raise UserError(f"{path} holds no header record; it is not a tuitrain run.")
-    run.log_points = len(rates)
-    run.rates = rates[warmup:]  # the warm-up is left out, however short the run
-    run.metric_key = key
+            reason = str(record.get("reason") or "")
+    run = RunFigures(path, summary, header, judged_metric(header, last_evals), reason=reason)
+    run.rates, run.log_points, run.nonfinite_loss = rates + segment[warmup:], points, nonfinite
+    last_eval = last_evals.get(run.metric_key or "")
     if last_eval is not None:
         value = last_eval.get(run.metric_key or "")
         finite = isinstance(value, (int, float)) and math.isfinite(value)
@@ -225,8 +252,8 @@ def health(run: RunFigures) -> str | None:
     if run.nonfinite_loss is not None:
         where = f" at step {run.nonfinite_loss:,}" if run.nonfinite_loss >= 0 else ""
         return f"the loss became NaN or inf{where}"
-    if run.status is None:
-        return "no end record (it crashed, or is still running)"
+    if run.status in NO_END:
+        return f"no end record ({NO_END[run.status]})"
     if run.status not in OK_STATUSES:
         return f"it ended {run.status}" + (f" ({run.reason[:80]})" if run.reason else "")
     return None
@@ -258,20 +285,21 @@ def judge(base: RunFigures, cand: RunFigures, max_slowdown: float, max_drop: flo
             **throughput, "baseline": mb, "candidate": mc, "ratio": mc / mb,
             "interval": [low, high], "verdict": "FAIL" if high < floor else "pass",
         })  # fmt: skip
-    task = base.task
-    key = base.metric_key or "val_loss"
-    # a metric declared as a share (format pct, a classifier's val_acc) is judged in points
-    pct = next((m["format"] for m in task["metrics"] if m["name"] == key), "float") == "pct"
+    task, judged = base.task, base.judged
+    key = judged.name if judged is not None else "an evaluation metric"
+    mode = judged.mode if judged is not None else task["mode"]
+    # a metric declared as a share (format pct: a classifier's accuracy) is judged in points
+    pct = judged is not None and judged.format == "pct"
     scale = 100.0 if pct else 1.0
     quality: dict[str, Any] = {
-        "what": f"{key} ({task['mode']}, last evaluation)", "ratio": None, "interval": None,
+        "what": f"{key} ({mode}, last evaluation)", "ratio": None, "interval": None,
         "limit": "", "baseline": None, "candidate": None,
     }  # fmt: skip
     for who, run in (("baseline", base), ("candidate", cand)):
         if run.metric is not None and math.isfinite(run.metric):
             quality[who] = run.metric * scale
     missing = [
-        f"the {who} has no evaluation of {key}" if run.metric is None else
+        f"the {who} has no evaluation" + (f" of {key}" if judged else "") if run.metric is None else
         f"the {who}'s last evaluation of {key}"
         + (f" (step {run.metric_step:,})" if run.metric_step is not None else "")
         + " is not finite"
@@ -282,15 +310,13 @@ def judge(base: RunFigures, cand: RunFigures, max_slowdown: float, max_drop: flo
         rows.append(not_possible(quality, "; ".join(missing)))
     else:
         assert base.metric is not None and cand.metric is not None
-        worse = (
-            (base.metric - cand.metric) if task["mode"] == "max" else (cand.metric - base.metric)
-        )
+        worse = (base.metric - cand.metric) if mode == "max" else (cand.metric - base.metric)
         worse *= scale
         if max_drop is not None:
             limit, source = max_drop, "--max-drop"
         elif pct:
             limit, source = 0.5, "default 0.5 point"
-        elif task["tolerance"]:
+        elif task["tolerance"] and key == task["primary"]:
             limit, source = float(task["tolerance"]), "the task's tolerance"
         else:
             limit, source = 0.01 * abs(base.metric) or 0.01, "default: 1% of the baseline"
@@ -311,10 +337,11 @@ def judge(base: RunFigures, cand: RunFigures, max_slowdown: float, max_drop: flo
         rows.append({**status, "verdict": "pass"})
     failed = any(r["verdict"] == "FAIL" for r in rows)
     return {"verdict": "FAIL" if failed else "PASS", "checks": rows,
+            "runs": {"baseline": base.summary.to_json(), "candidate": cand.summary.to_json()},
             "test": f"throughput: bootstrap 95% interval of the ratio of medians ({RESAMPLES} "
-                    "resamples of the log points after warm-up, seed 0); metric: the last "
-                    "evaluation of each run, no interval (one value per run); a check that "
-                    "cannot be made fails"}  # fmt: skip
+                    "resamples of the log points after each segment's warm-up, seed 0); "
+                    "metric: the last evaluation of each run, no interval (one value per run); "
+                    "a check that cannot be made fails"}  # fmt: skip
 
 
 def fmt(value: Any) -> str:
@@ -337,6 +364,11 @@ def markdown(result: dict[str, Any], base: RunFigures, cand: RunFigures) -> str:
         f"### tuitrain gate: {result['verdict']}",
         "",
         f"baseline `{base.path.parent}` · candidate `{cand.path.parent}`",
+        "",
+        *(
+            f"- {who}: {cell(run_figures(run.summary, {}))}"
+            for who, run in (("baseline", base), ("candidate", cand))
+        ),
         "",
         "| what | baseline | candidate | change | limit | verdict |",
         "|---|---|---|---|---|---|",

@@ -1,15 +1,19 @@
 """`tuitrain runs [DIR]`: the runs under DIR (default runs/), newest first.
 
-Each run is read from its metrics.jsonl's first line (the header, up to the contract's
-MAX_HEADER_BYTES) and its last TAIL_BYTES (the newest records; extended backwards, doubling,
-up to 4 x MAX_RECORD_BYTES while it holds no train or eval record), never whole: a thousand
-runs list in about a second (`bench/runs_list.py`). Columns: name, status (running;
-completed, failed, stopped from the end record; crashed: no end record and no process holds
-the run dir's lock; silent: no end record and nothing written for 10 log intervals, at
-least 2 minutes, or 10 minutes where the log interval is unknown: `metrics.runfile`'s rule),
-preset or task, steps (the contract's valid steps), best primary metric (over the
-evaluations in the tail, by the header's declared mode), median samples/s (tokens/s where
-recorded) over the tail's log points, duration, start time.
+Each run is every segment it resumed (`tuitrain --resume` appends to its file), read as
+`rundir.summary` reads it: the first line, the last header (whose `history` says what the
+earlier segments were; found backwards with bytes operations) and the last TAIL_BYTES after
+it (extended backwards, doubling, up to 4 x MAX_RECORD_BYTES while it holds no train or eval
+record), never parsed whole: a thousand runs list in about a second (`bench/runs_list.py`).
+Columns: name, status (running; completed, failed, stopped from the last segment's end
+record; crashed: no end record and no process holds the run dir's lock; silent: no end record
+and nothing written for 10 log intervals, at least 2 minutes, or 10 minutes where the log
+interval is unknown: `rundir.state`'s rule), preset or task, steps (the last segment's last
+valid step), best (the metric the run is judged by: its header's primary, a script's first
+evaluation metric other than its loss; the best over the earlier segments and the tail's
+evaluations, by the metric's goal), median samples/s (tokens/s where recorded, else steps/s)
+over the tail's log points, duration (every segment's, summed), start time (the first
+segment's).
 
 In a terminal: a table (`s` sorts by the next column, `/` filters by text as you type, Enter
 opens `watch` on the highlighted run, space marks runs and `c` compares the marked ones, 2 to
@@ -32,14 +36,14 @@ from tuitrain.rundir.read import find_runs
 from tuitrain.rundir.state import SILENT_UNKNOWN_S
 from tuitrain.rundir.summary import COLUMNS, RunSummary, cells, summarize_run
 
-SILENT_AFTER_S = SILENT_UNKNOWN_S  # kept for callers: the silence rule is runfile's
+SILENT_AFTER_S = SILENT_UNKNOWN_S  # kept for callers: the silence rule is rundir.state's
 
-RunRow = RunSummary  # one run as listed: runfile's summary
+RunRow = RunSummary  # one run as listed: rundir.summary's, the one every command uses
 
 
 def read_row(run_dir: Path) -> RunRow | None:
-    """One run from its header (up to MAX_HEADER_BYTES) and tail; None when the folder
-    holds no run."""
+    """One run (every segment it resumed) from its last header and tail; None when the
+    folder holds no run."""
     return summarize_run(run_dir)
 
 

@@ -35,6 +35,8 @@ from tuitrain.engine.trainer import Trainer
 from tuitrain.metrics.alerts import Alert
 from tuitrain.metrics.records import end_record, event_record, header_record
 from tuitrain.metrics.sinks import Sink
+from tuitrain.rundir.layout import RunDir
+from tuitrain.rundir.segments import earlier_segments
 
 __all__ = ["RunResult", "run"]
 
@@ -60,7 +62,11 @@ class RunResult:
 
 
 def engine_header(
-    cfg: Config, parts: RunParts, dist: DistInfo, run_dir: Path | None
+    cfg: Config,
+    parts: RunParts,
+    dist: DistInfo,
+    run_dir: Path | None,
+    history: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The engine's header record: every field of ENGINE_HEADER_FIELDS, in that order."""
     n_params = sum(t.numel() for t in parts.model.parameters())
@@ -98,6 +104,7 @@ def engine_header(
         peak_source=parts.peak.source,
         # what is trained: the primary metric, its mode, every metric's goal and format
         task=parts.task_info,
+        history=history,  # a resumed run's earlier segments (rundir.segments.earlier_segments)
     )
 
 
@@ -134,7 +141,10 @@ def run(
     try:
         control.state = "starting"
         parts = build_parts(cfg, dist)
-        sink.write(engine_header(cfg, parts, dist, run_dir))
+        history = None
+        if resume is not None and run_dir is not None and dist.is_main:
+            history = earlier_segments(RunDir(run_dir).metrics)  # read before the header lands
+        sink.write(engine_header(cfg, parts, dist, run_dir, history))
         if slow := parts.precision.start_warning():
             message, hint = slow
             sink.write(

@@ -35,7 +35,8 @@ from tuitrain.metrics.records import Record, amended_end, end_record, event_reco
 from tuitrain.metrics.sinks import ConsoleSink, FanOutSink, JsonlSink, Sink, TimelineStoreSink
 from tuitrain.metrics.store import MetricStore
 from tuitrain.rundir.control import remove_stale
-from tuitrain.rundir.layout import prepare_run_dir, write_resolved_config
+from tuitrain.rundir.follow import replay
+from tuitrain.rundir.layout import RunDir, prepare_run_dir, write_resolved_config
 from tuitrain.rundir.lock import RunDirLock
 
 if TYPE_CHECKING:
@@ -284,6 +285,9 @@ class RunHost:
 
     def _run(self) -> Any:
         run_dir = self.prepare()
+        if self.store is not None and self.resume is not None and self.is_main:
+            with contextlib.suppress(OSError):  # the run so far: its charts from its start
+                replay(RunDir(run_dir).metrics, self.store)
         log_name = self.log_name if self.is_main else f"rank-{self.dist.rank}.log"  # type: ignore[union-attr]
         quiet = contextlib.nullcontext() if self.is_main else native_stderr_to(run_dir / log_name)
         with quiet, open_log(run_dir / log_name) as log:

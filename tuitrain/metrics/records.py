@@ -90,6 +90,7 @@ HEADER_FIELDS = (
     "peak_tflops",
     "peak_source",
     "task",
+    "history",
 )
 ENGINE_HEADER_FIELDS = tuple(f for f in HEADER_FIELDS if f not in CLIENT_HEADER_FIELDS)
 
@@ -100,6 +101,57 @@ def header_record(**fields: Any) -> dict[str, Any]:
     order; `tuitrain run`'s header for a script that wrote none has a few, in its own)."""
     _refuse("header", set(fields) - set(HEADER_FIELDS[1:]))
     return {"type": "header", **fields}
+
+
+# A run is every segment it resumed: `tuitrain --resume` appends a header (and its records)
+# to the run's file, and that header's `history` says what the segments before it were, so
+# that a reader of the last header and the tail knows the whole run. Null in a header that
+# starts a run. Each field, in this order:
+HISTORY_FIELDS = (
+    "segments",  # how many segments came before this one (1 after the first resume)
+    "elapsed_s",  # their durations summed (each its end's elapsed_s, else first to last record)
+    "started",  # when the first of them started: its header's `time`
+    "step",  # the last step the segment before this one reached
+    "best",  # {val_<name>: its best over them, by the metric's goal}
+)
+
+
+def header_history(
+    segments: int, elapsed_s: float, started: str | None, step: int | None,
+    best: Mapping[str, float],
+) -> dict[str, Any]:  # fmt: skip
+    """A header's `history`: what a resumed run's earlier segments were (HISTORY_FIELDS)."""
+    _refuse("history", {n for n in best if not (isinstance(n, str) and n.startswith(EVAL_PREFIX))})
+    return {
+        "segments": segments,
+        "elapsed_s": round(elapsed_s, 3),
+        "started": started,
+        "step": step,
+        "best": dict(best),
+    }
+
+
+def history_of(header: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A header's `history` read defensively (HISTORY_FIELDS, each of its type or left as
+    the field's empty value), None where the header has none: the run started there."""
+    raw = (header or {}).get("history")
+    if not isinstance(raw, Mapping):
+        return None
+    segments, elapsed, started, step = (raw.get(k) for k in HISTORY_FIELDS[:4])
+    best = raw.get("best")
+    seconds = float(elapsed) if isinstance(elapsed, (int, float)) and _is_number(elapsed) else -1.0
+    counted = isinstance(segments, int) and valid_step(segments) and segments > 0
+    return {
+        "segments": segments if counted else 1,
+        "elapsed_s": seconds if 0 <= seconds < math.inf else 0.0,
+        "started": started if isinstance(started, str) else None,
+        "step": step if valid_step(step) else None,
+        "best": {
+            str(k)[:64]: float(v)
+            for k, v in (best.items() if isinstance(best, Mapping) else ())
+            if str(k).startswith(EVAL_PREFIX) and _is_number(v) and math.isfinite(v)
+        },
+    }
 
 
 # --------------------------------------------------------------------------- train records
@@ -497,6 +549,25 @@ def task_declaration(header: Mapping[str, Any] | None) -> dict[str, Any]:
         "tolerance": tolerance if _is_number(tolerance) and tolerance > 0 else None,  # type: ignore[operator]
         "metrics": metrics,
     }
+
+
+# Words of a metric's name (split at "_") that say lower is better, for a metric the header
+# does not declare (a script's `val/loss`, `val/error_rate`...); a word starting with "err" too.
+LOWER_IS_BETTER = frozenset(
+    {"loss", "nll", "perplexity", "ppl", "mse", "mae", "rmse", "wer", "cer", "bpc", "bpb"}
+)
+
+
+def metric_goal(name: str, task: Mapping[str, Any]) -> str:
+    """An evaluation metric's goal, "max" or "min": as `task` (a task_declaration) declares
+    it (the primary's by the task's mode), else by its name (LOWER_IS_BETTER)."""
+    if name == task["primary"]:
+        return "max" if task["mode"] == "max" else "min"
+    spec = next((m for m in task["metrics"] if m["name"] == name), None)
+    if spec is not None and spec["goal"] in ("min", "max"):
+        return str(spec["goal"])
+    words = name.removeprefix(EVAL_PREFIX).lower().split("_")
+    return "min" if any(w in LOWER_IS_BETTER or w.startswith("err") for w in words) else "max"
 
 
 def train_metric_items(rec: Mapping[str, Any]) -> list[tuple[str, float | None]]:

@@ -6,10 +6,15 @@ per second and gets an immutable :class:`Snapshot`.
 
 Every numeric field of a ``train`` record (other than ``step``) becomes a series
 keyed by the field name, with x = ``step``; ``eval`` records feed their ``val_*`` fields
-(``val_loss``, ``val_acc``, a task's own ``val_<name>``). Each series keeps a ring of the
-most recent points plus a decimated
+(``val_loss`` and each of the task's or the script's ``val_<name>``). Each series keeps a
+ring of the most recent points plus a decimated
 history (every k-th point; when the history fills up, every other point is dropped
 and k doubles), so memory stays bounded whatever the run length.
+
+A run is every segment it resumed: a later ``header`` (``tuitrain --resume`` appends one)
+replaces the header and clears the end record, and keeps every series, evaluation and event
+the earlier segments pushed, so the charts start at the run's first step. Only ``reset``
+forgets (a new run: another preset, a file replaced or truncated).
 """
 
 from __future__ import annotations
@@ -212,14 +217,15 @@ class MetricStore:
             elif kind == "eval":
                 self._last_eval = rec
                 self._evals.append(rec)
-                # every validation metric (val_loss, val_acc, a task's val_<name>)
+                # every validation metric (val_loss, the task's or the script's val_<name>)
                 points = ((n, v) for n, v in rec.items() if n.startswith("val_"))
                 self._add_points(rec, points, skip_step=False)
             elif kind == "event":
                 self._events.append(rec)
             elif kind == "header":
                 self._header = rec
-                self._end = None  # a resumed run appends a header: it runs again
+                self._end = None  # a resumed run appends a header: it runs again, and
+                # its earlier segments' series stay (the run is all of them)
             elif kind == "end":
                 self._end = rec
 

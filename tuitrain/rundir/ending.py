@@ -3,10 +3,11 @@
 commands that apply to it (watch, resume, export, compare). The alternate screen takes the
 dashboard with it; these lines stay in the terminal's scrollback.
 
-`ending_lines(run_dir)` reads the run through runfile (its header and tail, never the whole
-file) and returns the lines; the command prints them on stdout. A failed `tuitrain run` adds
-the script's last output lines (from output.log) and where its last traceback points (the
-script's own file and line, a library's only when no frame is the script's).
+`ending_lines(run_dir)` reads the run through rundir.summary (every segment it resumed, from
+its last header and tail, never the whole file) and returns the lines; the command prints
+them on stdout. A failed `tuitrain run` adds the script's last output lines (from output.log)
+and where its last traceback points (the script's own file and line, a library's only when
+no frame is the script's).
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ from tuitrain.core.safefile import NotRegular, open_regular
 from tuitrain.core.text import strip_controls
 from tuitrain.metrics.format import format_duration
 from tuitrain.metrics.records import MAX_HEADER_BYTES, format_metric
-from tuitrain.rundir.layout import CKPT_DIR, METRICS_NAME
+from tuitrain.rundir.layout import (
+    CKPT_DIR,
+    CONFIG_NAME,
+    METRICS_NAME,
+    OUTPUT_LOG,
+    TRAIN_LOG,
+    RunDir,
+)
 from tuitrain.rundir.read import output_tail, parse_line
 from tuitrain.rundir.summary import RunSummary, run_end, summarize_run
 
@@ -41,7 +49,7 @@ def ending_lines(run_dir: str | Path, prog: str = "tuitrain") -> list[str]:
     if summary is None:
         return [f"{prog}: no run was written in {run_dir} (no {METRICS_NAME} with a header)."]
     end = run_end(run_dir) or {}
-    script = (run_dir / "output.log").is_file()
+    script = RunDir(run_dir).output_log.is_file()
     lines = [f"{prog}: {outcome(summary, end)}", f"  {figures(summary, end)}"]
     lines.append(f"  files: {run_dir} ({', '.join(run_files(run_dir))})")
     if script and summary.status in ("failed", "crashed"):
@@ -104,7 +112,8 @@ def outcome(summary: RunSummary, end: dict) -> str:
 
 
 def figures(summary: RunSummary, end: dict) -> str:
-    """`steps 1,000 · best val_acc 85.31% · took 2:31 · exit code 1`."""
+    """`steps 1,000 · best val_loss 0.3128 · took 2:31 (resumed once) · exit code 1`: the
+    whole run (every segment it resumed)."""
     parts = ["steps " + ("–" if summary.steps is None else f"{summary.steps:,}")]
     if summary.best is not None and summary.best_metric:
         best = format_metric(summary.best, summary.best_format)
@@ -112,16 +121,26 @@ def figures(summary: RunSummary, end: dict) -> str:
     else:
         parts.append("no evaluation")
     if summary.duration_s is not None:
-        parts.append(f"took {format_duration(summary.duration_s)}")
+        parts.append(f"took {format_duration(summary.duration_s)}{resumed_text(summary)}")
+    elif summary.segments > 1:
+        parts.append(resumed_text(summary).strip(" ()"))
     code = end.get("exit_code")
     if isinstance(code, int) and not isinstance(code, bool) and code != 0:
         parts.append(f"exit code {code}")
     return " · ".join(parts)
 
 
+def resumed_text(summary: RunSummary) -> str:
+    """` (resumed once)`, ` (resumed 3 times)`: the run's duration sums its segments."""
+    times = summary.segments - 1
+    if times < 1:
+        return ""
+    return " (resumed once)" if times == 1 else f" (resumed {times} times)"
+
+
 def run_files(run_dir: Path) -> list[str]:
     """The files a user looks for in the run dir, those that are there."""
-    names = [n for n in (METRICS_NAME, "train.log", "output.log", "config.toml")
+    names = [n for n in (METRICS_NAME, TRAIN_LOG, OUTPUT_LOG, CONFIG_NAME)
              if (run_dir / n).is_file()]  # fmt: skip
     checkpoints = checkpoint_count(run_dir)
     if checkpoints:
@@ -132,7 +151,7 @@ def run_files(run_dir: Path) -> list[str]:
 def checkpoint_count(run_dir: Path) -> int:
     try:
         # whole files and sharded (FSDP) checkpoint folders
-        return sum(1 for p in (run_dir / CKPT_DIR).iterdir() if p.suffix in (".pt", ".dcp"))
+        return sum(1 for p in RunDir(run_dir).checkpoints.iterdir() if p.suffix in (".pt", ".dcp"))
     except OSError:
         return 0
 
@@ -213,7 +232,7 @@ def sibling_run(run_dir: Path) -> Path | None:
         if child.name == run_dir.name:
             continue
         try:
-            found.append(((child / METRICS_NAME).stat().st_mtime, child))
+            found.append((RunDir(child).metrics.stat().st_mtime, child))
         except OSError:
             continue
     found.sort(reverse=True)
@@ -226,7 +245,7 @@ def sibling_run(run_dir: Path) -> Path | None:
 def run_kind(run_dir: Path) -> tuple[object, object] | None:
     """(preset, task) from the run's header line, None when it has none."""
     try:
-        with open_regular(run_dir / METRICS_NAME, "rb") as f:
+        with open_regular(RunDir(run_dir).metrics, "rb") as f:
             header = parse_line(f.readline(MAX_HEADER_BYTES + 1).rstrip(b"\n"))
     except (OSError, NotRegular):
         return None

@@ -1,8 +1,10 @@
 """Feed a MetricStore from a metrics.jsonl file: replay it, then follow it as it grows.
 
-For `tuitrain watch`. Robust to what real files do: a truncated last line (a run killed
-mid-write) waits for its newline or is skipped, unknown record types are ignored by the
-store, and a file that is replaced or truncated (a new run in the same dir) starts over.
+For `tuitrain watch`, and the dashboard of a resumed run (`replay`). Robust to what real
+files do: a truncated last line (a run killed mid-write) waits for its newline or is skipped,
+unknown record types are ignored by the store, and a file that is replaced or truncated (a
+new run in the same dir) starts over. A resumed run appends a header to its file: the store
+keeps what the earlier segments pushed, so the charts still start at the run's first step.
 
 Opening a long file stays fast and bounded: the store keeps a few thousand points per
 series and the newest events anyway, so the catch-up parses the header, evals and end
@@ -30,6 +32,7 @@ from tuitrain.rundir.read import metrics_path, parse_line
 TRAIN_PREFIX = b'{"type": "train"'
 TRAIN_AFTER_NEWLINE = b"\n" + TRAIN_PREFIX
 EVENT_PREFIX = b'{"type": "event"'
+HEADER_PREFIX = b'{"type": "header"'  # a resumed run's later headers (rundir.summary finds them)
 CATCHUP_TRAIN_POINTS = 4096  # at most this many older train records parsed (the store keeps ~2.5k)
 CATCHUP_TAIL = 512  # and every one of the newest train records
 NON_TRAIN_LINE = re.compile(rb'\n(?!\{"type": "train")([^\n]*)')  # the line after a newline
@@ -230,6 +233,13 @@ def _last_train_lines(regions: list[tuple[int, bytes, int]], count: int) -> tupl
         start -= 1  # the "\n" before it
     tail.reverse()
     return tail, tail_start
+
+
+def replay(path: Path, store: MetricStore) -> int:
+    """Read the run's file into `store` once, as `watch` opens it (the bounded catch-up):
+    a resumed run's dashboard holds its earlier segments before the engine writes again.
+    How many records were pushed (0 without a file)."""
+    return JsonlFollower(path, store).poll()
 
 
 def resolve_metrics_path(target: str | Path) -> Path:

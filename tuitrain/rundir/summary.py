@@ -1,74 +1,127 @@
-"""The one run summary: what `tuitrain runs`, an ending, compare and the gate say of a run,
-read from its header and tail (never the whole file)."""
+"""The one run summary: what `tuitrain runs`, an ending, compare and the gate say of a run.
+
+A run is every segment it resumed: `tuitrain --resume` appends a header and its records to
+the run's file, and that header's `history` says what the segments before it were
+(rundir.segments). So a run is read from its last header and the tail after it, never the
+whole file: its duration is the earlier segments' plus this one's, its best evaluation the
+best of theirs and the tail's, its steps the last segment's, its start the first segment's.
+A header without `history` starts a run (a fresh run, or a resume written before headers
+carried it).
+
+The metric a run is judged by (`judged_metric`): the primary metric its header's task
+declares; a task that declares none (a script's) is judged by the first evaluation metric it
+logged other than its loss (a script's `val/acc`, `eval/f1` ...), else by its loss. Its goal
+and format are the header's declaration where it has one; otherwise lower is better for a
+name that says loss or error (records.metric_goal), higher for any other, and the format a
+plain number.
+"""
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import Any
 
-from tuitrain.core.safefile import NotRegular, open_regular
+from tuitrain.core.safefile import NotRegular
 from tuitrain.metrics.format import format_duration, format_value
-from tuitrain.metrics.records import MAX_HEADER_BYTES, format_metric, task_declaration, valid_step
+from tuitrain.metrics.records import (
+    EVAL_PREFIX,
+    eval_metric_items,
+    format_metric,
+    history_of,
+    metric_goal,
+    task_declaration,
+    valid_step,
+)
 from tuitrain.rundir.layout import RunDir
 from tuitrain.rundir.lock import writer_gone
-from tuitrain.rundir.read import parse_line, read_tail
+from tuitrain.rundir.segments import better, read_segment, segment_seconds
 from tuitrain.rundir.state import quiet_seconds, run_status
+
+VAL_LOSS = EVAL_PREFIX + "loss"  # the contract's validation loss (a script's `val/loss`)
 
 
 @dataclass
 class RunSummary:
-    """One run as `tuitrain runs` lists it."""
+    """One run, every segment it resumed, as `tuitrain runs` lists it."""
 
     run_dir: str
     name: str
     status: str
     preset: str | None
     task: str | None
-    steps: int | None
-    best: float | None
-    best_metric: str | None
+    steps: int | None  # the last segment's last step
+    best: float | None  # the judged metric's best over every segment's evaluations
+    best_metric: str | None  # the metric the run is judged by (judged_metric); None: none
     best_format: str
     samples_per_s: float | None
     tokens_per_s: float | None
-    duration_s: float | None
-    started: str | None
-    best_mode: str = "max"  # the best metric's declared goal: "max" (accuracy) or "min" (loss)
+    duration_s: float | None  # every segment's, summed
+    started: str | None  # the first segment's header time
+    best_mode: str = "max"  # the best metric's goal: "max" (accuracy) or "min" (loss)
     step_time_s: float | None = None  # median seconds a step: a script's rate where no samples/s
+    segments: int = 1  # 1, and one more for each time the run was resumed
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _head_and_tail(path: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]], int]:
-    """(the header record, the tail's records, the file size read); (None, [], 0) when the
-    first line is no header within MAX_HEADER_BYTES."""
-    with cast(BinaryIO, open_regular(path, "rb")) as f:
-        head = f.readline(MAX_HEADER_BYTES + 1)
-        if not head.endswith(b"\n"):
-            return None, [], 0  # no complete first line within the limit: no header
-        size = f.seek(0, 2)
-        tail = read_tail(f, len(head), size)
-    header = parse_line(head[:-1])
-    if header is None or header.get("type") != "header":
-        return None, [], 0
-    return header, tail, size
+# --------------------------------------------------------------------------- the judged metric
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """The metric a run is judged by: its field, its goal ("max" or "min"), its format."""
+
+    name: str
+    mode: str
+    format: str
+
+
+def judged_metric(header: Mapping[str, Any] | None, names: Iterable[str]) -> Judged | None:
+    """The metric a run is judged by (see the module's docstring): the header's declared
+    primary, else the first of `names` (the evaluation metrics the run logged, in order)
+    other than its loss, else its loss; None without either."""
+    task = task_declaration(header)
+    name = task["primary"]
+    if name is None:
+        logged = [n for n in dict.fromkeys(names) if n.startswith(EVAL_PREFIX)]
+        name = next((n for n in logged if n != VAL_LOSS), logged[0] if logged else None)
+        if name is None:
+            return None
+    fmt = next((m["format"] for m in task["metrics"] if m["name"] == name), "float")
+    return Judged(name, metric_goal(name, task), fmt)
+
+
+def eval_names(evals: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The evaluation metrics `evals` hold, in the order first seen."""
+    return list(dict.fromkeys(n for rec in evals for n, _ in eval_metric_items(rec)))
+
+
+# --------------------------------------------------------------------------- the summary
 
 
 def summarize_run(run_dir: Path) -> RunSummary | None:
-    """One run from its header (up to MAX_HEADER_BYTES) and its tail, never the whole
-    file; None when the folder holds no run."""
-    path = RunDir(run_dir).metrics
+    """One run from its last header and its tail, never the whole file; None when the
+    folder holds no run."""
+    return summarize_metrics(RunDir(run_dir).metrics, run_dir)
+
+
+def summarize_metrics(path: Path, run_dir: Path | None = None) -> RunSummary | None:
+    """The run in the metrics file `path` (of `run_dir`, its folder unless given)."""
+    run_dir = path.parent if run_dir is None else run_dir
     for _ in range(3):
         try:
-            header, tail, size = _head_and_tail(path)
+            read = read_segment(path)
         except (OSError, NotRegular):
             return None
-        if header is None:
+        if read is None:
             return None
+        header, tail, size = read
         end = next((r for r in reversed(tail) if r.get("type") == "end"), None)
         exited = end is None and writer_gone(run_dir)
         try:
@@ -77,56 +130,93 @@ def summarize_run(run_dir: Path) -> RunSummary | None:
             grew = False
         if not grew:
             break
-    assert header is not None
     trains = [r for r in tail if r.get("type") == "train"]
     evals = [r for r in tail if r.get("type") == "eval"]
-    status = run_status(header, end, trains[-1] if trains else None, quiet_seconds(path), exited)
+    try:
+        changed: float | None = path.stat().st_mtime
+    except OSError:
+        changed = None
+    return summary_of(
+        run_dir,
+        header,
+        status=run_status(header, end, trains[-1] if trains else None, quiet_seconds(path), exited),
+        end=end,
+        evals=evals,
+        steps=[r.get("step") for r in [*trains, *evals, *([end] if end else [])]],
+        segment_s=segment_seconds(header, end, changed),
+        samples_per_s=_median([r.get("samples_per_s") for r in trains]),
+        tokens_per_s=_median([r.get("tokens_per_s") for r in trains]),
+        step_time_s=_median([r.get("step_time_s") for r in trains]),
+    )
+
+
+def summary_of(
+    run_dir: Path,
+    header: Mapping[str, Any] | None,
+    *,
+    status: str,
+    end: Mapping[str, Any] | None,
+    evals: Sequence[Mapping[str, Any]],
+    steps: Iterable[object],
+    segment_s: float | None,
+    samples_per_s: float | None = None,
+    tokens_per_s: float | None = None,
+    step_time_s: float | None = None,
+) -> RunSummary:
+    """A run from its last header (whose history is the earlier segments) and what its last
+    segment holds: a file's tail (`summarize_metrics`) or a store's snapshot (compare, where
+    a run starting has no header yet)."""
+    header = header or {}
+    history = history_of(header)
+    earlier: dict[str, float] = history["best"] if history else {}
     task = task_declaration(header)
-    key = task["primary"] or "val_loss"
-    fmt = next((m["format"] for m in task["metrics"] if m["name"] == key), "float")
-    values = [r[key] for r in evals if _finite(r.get(key))]
-    if end is not None and _finite(end.get(key)):
-        values.append(end[key])
-    best = (max(values) if task["mode"] == "max" else min(values)) if values else None
-    steps = [r.get("step") for r in [*trains, *evals, *([end] if end else [])]]
-    steps = [s for s in steps if valid_step(s)]
-    duration = end.get("elapsed_s") if end is not None and _finite(end.get("elapsed_s")) else None
-    started = header.get("time") if isinstance(header.get("time"), str) else None
-    if duration is None and started:
-        try:
-            then = datetime.fromisoformat(started)
-            duration = max(path.stat().st_mtime - then.timestamp(), 0.0)
-        except (ValueError, OSError):
-            duration = None
+    judged = judged_metric(header, [*earlier, *eval_names(evals)])
+    best: float | None = None
+    if judged is not None:
+        values = [r[judged.name] for r in [*evals, *([end] if end else [])]
+                  if _finite(r.get(judged.name))]  # fmt: skip
+        if judged.name in earlier:
+            values.append(earlier[judged.name])
+        for value in values:
+            best = better(best, float(value), judged.mode)
+    valid = [int(s) for s in steps if valid_step(s)]  # type: ignore[call-overload]
+    last_step: int | None = max(valid) if valid else (history["step"] if history else None)
+    duration = segment_s
+    if history is not None:
+        duration = history["elapsed_s"] + (segment_s or 0.0)
+    started = history["started"] if history else None
+    if started is None and isinstance(header.get("time"), str):
+        started = header["time"]
     return RunSummary(
         run_dir=str(run_dir),
         name=run_dir.name,
         status=status,
         preset=str(header["preset"]) if header.get("preset") is not None else None,
-        task=task["name"] if isinstance(header.get("task"), dict) else "classify",
-        steps=max(steps) if steps else None,
+        task=task["name"] if isinstance(header.get("task"), Mapping) else "classify",
+        steps=last_step,
         best=best,
-        best_metric=key if best is not None else None,
-        best_format=fmt,
-        samples_per_s=_median([r.get("samples_per_s") for r in trains]),
-        tokens_per_s=_median([r.get("tokens_per_s") for r in trains]),
+        best_metric=judged.name if judged else None,
+        best_format=judged.format if judged else "float",
+        samples_per_s=samples_per_s,
+        tokens_per_s=tokens_per_s,
         duration_s=float(duration) if duration is not None else None,
         started=started,
-        best_mode="max" if task["mode"] == "max" else "min",
-        step_time_s=_median([r.get("step_time_s") for r in trains]),
+        best_mode=judged.mode if judged else task["mode"],
+        step_time_s=step_time_s,
+        segments=history["segments"] + 1 if history else 1,
     )
 
 
 def run_end(run_dir: Path) -> dict[str, Any] | None:
-    """The end record of a run (its header and tail read, never the whole file), or None:
-    no end record yet, or no run there."""
+    """The end record of a run's last segment (its last header and tail read, never the
+    whole file), or None: no end record yet, or no run there."""
     try:
-        header, tail, _ = _head_and_tail(RunDir(run_dir).metrics)
+        read = read_segment(RunDir(run_dir).metrics)
     except (OSError, NotRegular):
         return None
-    if header is None:
+    if read is None:
         return None
-    return next((r for r in reversed(tail) if r.get("type") == "end"), None)
+    return next((r for r in reversed(read[1]) if r.get("type") == "end"), None)
 
 
 def _finite(value: object) -> bool:

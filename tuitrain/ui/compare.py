@@ -1,11 +1,13 @@
 """Runs overlaid: `tuitrain watch --compare A B [C ...]` (2 to 8 runs: fp32 against bf16, say).
 
 Each run has its own `MetricStore`, fed by its own `JsonlFollower` (built by
-`tuitrain.commands.watch`), so a live run keeps updating. The app shows one row per run (label,
-status, latest step, smoothed loss, median samples/s, median achieved TFLOP/s and MFU, the
-primary metric's last value), each run against A (median throughput ratio, the primary
+`tuitrain.commands.watch`), so a live run keeps updating; a resumed run is every segment in
+its file, from its first step. The app shows one row per run (label, status, latest step,
+smoothed loss, median samples/s, median achieved TFLOP/s and MFU, the judged metric's last
+value: each row is the run's `rundir.summary.RunSummary` and what only compare shows, its
+state `rundir.state`'s rule), each run against A (median throughput ratio, the judged
 metric's gap in its units), and three charts with every run overlaid: smoothed train loss,
-samples/s per step, and the primary metric per evaluation. Text is polled at 2 Hz and the
+samples/s per step, and the judged metric per evaluation. Text is polled at 2 Hz and the
 charts at 1 Hz, each redrawn only when something it shows changed, from series decimated to
 the chart's width (the dashboard's way, `tuitrain.ui.widgets.panel.Panel`). Keys: `l`
 log-scale y on the loss chart (and back), `?` help, `q` quit; the command palette lists them.
@@ -14,6 +16,7 @@ log-scale y on the loss chart (and back), `?` help, `q` quit; the command palett
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,21 +29,23 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tuitrain.metrics.format import DASH
-from tuitrain.metrics.records import CLASSIFY_DECLARATION, format_metric, task_declaration
+from tuitrain.metrics.records import CLASSIFY_DECLARATION, format_metric
 from tuitrain.metrics.store import MetricStore, Series, Snapshot
-from tuitrain.rundir.state import quiet_seconds
+from tuitrain.rundir.layout import METRICS_NAME
+from tuitrain.rundir.lock import writer_gone
+from tuitrain.rundir.segments import segment_seconds
+from tuitrain.rundir.state import quiet_seconds, run_status
+from tuitrain.rundir.summary import VAL_LOSS, RunSummary, eval_names, judged_metric, summary_of
 from tuitrain.ui.screens.help import HelpScreen, binding_commands
 from tuitrain.ui.stopping import StoppingApp
 from tuitrain.ui.view import (
+    DEAD_AFTER_QUIET_S,
     LOSS_SMOOTHING,
     PLOT_INTERVAL_S,
     TEXT_INTERVAL_S,
-    derived_state,
     format_rate,
     median,
-    silence,
     smoothed_series,
-    writer_dead,
 )
 from tuitrain.ui.viewing import ViewingBadge
 from tuitrain.ui.widgets.chart import Line, MetricChart, format_tick, log_title
@@ -75,86 +80,118 @@ class Source:
     color: str
 
 
-DEFAULT_METRIC_LABEL = CLASSIFY_DECLARATION["primary"].replace("_", " ")  # "val acc"
+DEFAULT_METRIC_LABEL = CLASSIFY_DECLARATION["primary"].replace("_", " ")  # classify's label
 
 
 @dataclass(frozen=True, slots=True)
-class RunSummary:
-    """What the table says about one run, from one snapshot."""
+class CompareRow:
+    """One run's row: its summary (`rundir.summary.RunSummary`, the one every command uses,
+    made here from the store's snapshot: every segment its follower read; its state by
+    `rundir.state.run_status`) and what only compare shows: the smoothed loss, the median
+    achieved TFLOP/s and MFU, and the judged metric's latest evaluation."""
 
     label: str
-    state: str
-    step: int | None
-    loss: float | None
-    median_rate: float | None
+    run: RunSummary
+    loss: float | None = None
     median_tflops: float | None = None
     median_mfu: float | None = None
-    # the task's primary metric (its header's declaration, records.task_declaration): its
-    # field, column label and format (an old header reads as classification's)
-    metric_key: str = CLASSIFY_DECLARATION["primary"]
-    metric_label: str = DEFAULT_METRIC_LABEL
-    metric_format: str = "pct"
-    metric: float | None = None
+    metric: float | None = None  # the judged metric's latest value
+
+    @property
+    def state(self) -> str:
+        return self.run.status
+
+    @property
+    def metric_key(self) -> str:
+        """The metric the run is judged by (its loss before any evaluation of a task that
+        declares none)."""
+        return self.run.best_metric or VAL_LOSS
+
+    @property
+    def metric_label(self) -> str:
+        """Its column label: classification's primary reads "val acc" (as before), another
+        metric its name."""
+        key = self.metric_key
+        return DEFAULT_METRIC_LABEL if key == CLASSIFY_DECLARATION["primary"] else key[:12]
 
 
 def run_label(snap: Snapshot, path: Path) -> str:
     """`preset · run dir`: the header's preset and the dir name (the file name if it is not
-    a run dir's metrics.jsonl)."""
-    where = path.parent.name if path.name == "metrics.jsonl" else path.name
+    a run dir's metrics file)."""
+    where = path.parent.name if path.name == METRICS_NAME else path.name
     preset = (snap.header or {}).get("preset")
     return f"{preset} · {where}" if preset else where
 
 
-def summarize(snap: Snapshot, path: Path) -> RunSummary:
-    loss = snap.get("loss")
-    step = (snap.latest or {}).get("step")
-    if step is None and snap.last_eval is not None:
-        step = snap.last_eval.get("step")
-    task = task_declaration(snap.header)
-    key = task["primary"] or "val_loss"
-    fmt = next((m["format"] for m in task["metrics"] if m["name"] == key), "float")
-    value = (snap.last_eval or {}).get(key)
-    if value is None and snap.end is not None:
+def run_state(snap: Snapshot, path: Path) -> str:
+    """waiting (no file yet), starting (no header yet), else the one state rule's
+    (`run_status`: its writer has exited when the file has been still for a second and no
+    process holds the run dir's lock), paused where a running run's last event says so."""
+    if snap.header is None:
+        return "starting" if path.exists() else "waiting"
+    quiet = quiet_seconds(path)
+    exited = (
+        snap.end is None
+        and quiet is not None
+        and quiet >= DEAD_AFTER_QUIET_S
+        and writer_gone(path.parent)
+    )
+    state = run_status(snap.header, snap.end, snap.latest, quiet, exited)
+    if state == "running" and snap.events and snap.events[-1].get("kind") == "pause":
+        return "paused"
+    return state
+
+
+def summarize(snap: Snapshot, path: Path) -> CompareRow:
+    """The row of the run in `path` from one snapshot of its store."""
+    quiet = quiet_seconds(path)
+    steps = [(r or {}).get("step") for r in (snap.latest, snap.last_eval, snap.end)]
+    run = summary_of(
+        path.parent,
+        snap.header,
+        status=run_state(snap, path),
+        end=snap.end,
+        evals=snap.evals,
+        steps=steps,
+        segment_s=segment_seconds(
+            snap.header, snap.end, None if quiet is None else time.time() - quiet
+        ),
+        samples_per_s=median(snap.get("samples_per_s").ys),
+        tokens_per_s=median(snap.get("tokens_per_s").ys),
+        step_time_s=median(snap.get("step_time_s").ys),
+    )  # fmt: skip
+    key = run.best_metric
+    value = (snap.last_eval or {}).get(key) if key else None
+    if value is None and key and snap.end is not None:
         value = snap.end.get(key)
-    state = derived_state(snap)
-    if snap.header is None and not path.exists():
-        state = "waiting"
-    elif state == "running" and writer_dead(snap, path, quiet := quiet_seconds(path)):
-        state = "crashed"  # no end record, and no process holds its run dir's lock
-    elif state == "running" and silence(snap, quiet) is not None:
-        state = "silent"  # no end record and no line for 10 log intervals: it may have died
-    return RunSummary(
+    loss = snap.get("loss")
+    return CompareRow(
         label=run_label(snap, path),
-        state=state,
-        step=int(step) if isinstance(step, (int, float)) and math.isfinite(step) else None,
+        run=run,
         loss=smoothed_series(loss).last if len(loss) else None,
-        median_rate=median(snap.get("samples_per_s").ys),
         median_tflops=median(snap.get("tflops").ys),
         median_mfu=median(snap.get("mfu").ys),
-        metric_key=key,
-        # classification's primary reads "val acc" (as before); another task's, its name
-        metric_label=DEFAULT_METRIC_LABEL if key == CLASSIFY_DECLARATION["primary"] else key[:12],
-        metric_format=fmt,
         metric=float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None,
     )
 
 
-def throughput_ratio(a: RunSummary, b: RunSummary) -> float | None:
+def throughput_ratio(a: CompareRow, b: CompareRow) -> float | None:
     """B's median samples/s over A's, or None when either is unknown."""
-    if a.median_rate is None or b.median_rate is None or a.median_rate <= 0:
+    rate_a, rate_b = a.run.samples_per_s, b.run.samples_per_s
+    if rate_a is None or rate_b is None or rate_a <= 0:
         return None
-    return b.median_rate / a.median_rate
+    return rate_b / rate_a
 
 
-def metric_gap(a: RunSummary, b: RunSummary) -> float | None:
+def metric_gap(a: CompareRow, b: CompareRow) -> float | None:
     """B's primary metric minus A's (in points for a metric declared pct), or None when
     either is unknown or the runs' primary metrics differ."""
     if a.metric_key != b.metric_key or a.metric is None or b.metric is None:
         return None
-    return (b.metric - a.metric) * (100 if a.metric_format == "pct" else 1)
+    return (b.metric - a.metric) * (100 if a.run.best_format == "pct" else 1)
 
 
-def comparison_text(a: RunSummary, b: RunSummary, names: tuple[str, str] = ("A", "B")) -> str:
+def comparison_text(a: CompareRow, b: CompareRow, names: tuple[str, str] = ("A", "B")) -> str:
     """`B/A samples/s ×1.32 · TFLOP/s ×1.32 · val acc B−A −0.10 pt` (content markup); the
     TFLOP/s ratio differs from the samples/s one when the runs' models differ."""
     first, other = names
@@ -163,7 +200,7 @@ def comparison_text(a: RunSummary, b: RunSummary, names: tuple[str, str] = ("A",
     if a.median_tflops and b.median_tflops is not None:
         flops_ratio = b.median_tflops / a.median_tflops
     same = a.metric_key == b.metric_key
-    pct = a.metric_format == "pct"
+    pct = a.run.best_format == "pct"
     gap = metric_gap(a, b)
     ratio_text = DASH if ratio is None else f"×{ratio:.2f}"
     if gap is None:
@@ -185,7 +222,7 @@ def comparison_text(a: RunSummary, b: RunSummary, names: tuple[str, str] = ("A",
     )
 
 
-def comparisons_text(sources: Sequence[Source], summaries: Sequence[RunSummary]) -> str:
+def comparisons_text(sources: Sequence[Source], summaries: Sequence[CompareRow]) -> str:
     """Each run against the first, one line each (two runs: the one line B against A)."""
     first = summaries[0]
     return "\n".join(
@@ -206,7 +243,7 @@ def tflops_cell(value: float | None) -> str:
     return f"{value:.3g}" if value >= 0.001 else f"{value:.1e}"
 
 
-def table_text(rows: Sequence[tuple[Source, RunSummary]], width: int) -> str:
+def table_text(rows: Sequence[tuple[Source, CompareRow]], width: int) -> str:
     """The runs table as content markup, fitted to `width` columns (labels get the rest).
     The TFLOP/s and MFU columns go first when the labels (preset · run dir, what tells the
     runs apart) would not fit whole with them."""
@@ -225,14 +262,14 @@ def table_text(rows: Sequence[tuple[Source, RunSummary]], width: int) -> str:
     for source, s in rows:
         label = s.label if len(s.label) <= label_w else s.label[: label_w - 1] + "…"
         style = STATE_STYLE.get(s.state, "$foreground")
-        step = DASH if s.step is None else f"{s.step:,}"
-        acc = DASH if s.metric is None else format_metric(s.metric, s.metric_format)
+        step = DASH if s.run.steps is None else f"{s.run.steps:,}"
+        acc = DASH if s.metric is None else format_metric(s.metric, s.run.best_format)
         mfu = DASH if s.median_mfu is None else f"{100 * s.median_mfu:.1f}%"
         perf_cells = f" {tflops_cell(s.median_tflops):>7} {mfu:>5}" if perf else ""
         lines.append(
             f"[b ${source.color}]■ {escape(source.name)}[/] {escape(f'{label:<{label_w}}')} "
             f"[{style}]{escape(f'{s.state:<9}')}[/] {step:>10} {_num(s.loss, '.4f'):>7} "
-            f"{format_rate(s.median_rate):>9}{perf_cells} {acc:>7}"
+            f"{format_rate(s.run.samples_per_s):>9}{perf_cells} {acc:>7}"
         )
     return "\n".join(lines)
 
@@ -346,13 +383,17 @@ class CompareApp(StoppingApp):
             self.exit(0)
 
     def primary_key(self) -> str:
-        header = self.sources[0].store.snapshot().header
-        return task_declaration(header)["primary"] or "val_loss"  # no header yet: classify's
+        """The metric the first run is judged by (rundir.summary.judged_metric): its header's
+        primary, a script's first evaluation metric other than its loss; no header yet:
+        classification's; no evaluation yet: the loss."""
+        snap = self.sources[0].store.snapshot()
+        judged = judged_metric(snap.header, eval_names(snap.evals))
+        return judged.name if judged is not None else VAL_LOSS
 
     def snapshots(self) -> list[Snapshot]:
         return [source.store.snapshot() for source in self.sources]
 
-    def summaries(self) -> list[RunSummary]:
+    def summaries(self) -> list[CompareRow]:
         return [
             summarize(snap, s.path) for snap, s in zip(self.snapshots(), self.sources, strict=True)
         ]

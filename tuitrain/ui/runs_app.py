@@ -6,8 +6,9 @@ filter, the sort and the highlighted run kept (`TableState`; `tuitrain.commands.
 The filter is literal text (any column, case-insensitive), applied as you type (after a
 pause of FILTER_DELAY_S: a burst of keys is one refill; Enter applies it at once and goes
 back to the table, Escape closes the box and keeps it, Escape at the table clears it).
-Sorting by best puts each metric's best run first, by the mode its header declares (min for
-a loss, max for an accuracy); runs of different metrics are grouped by metric. Keys cost what
+Sorting by best puts each metric's best run first, by the metric's goal (its header's
+declaration, else its name's: min for a loss, max for an accuracy; rundir.summary's
+judged_metric); runs of different metrics are grouped by metric. Keys cost what
 they change, not the table's size: space updates one cell, `s` reorders the rows the table
 holds, and rows are added again only when the filter changed which runs are shown; each
 run's cells are made once (`bench/runs_keys.py`: 10,000 runs). Enter opens `watch` with the
