@@ -15,9 +15,11 @@ import torch.distributed as dist
 from tuitrain.core.config import ConfigError, load_preset
 from tuitrain.core.control import Control
 from tuitrain.engine.rankwatch import (
+    OWN_WORK,
     Beat,
     Progress,
     RankWatch,
+    Stalled,
     StepClock,
     Verdict,
     describe,
@@ -28,8 +30,8 @@ from tuitrain.engine.rankwatch import (
 BOUND = 30.0
 
 
-def beat(n: int, micro: int, phase: str, step: int = 4, done: bool = False) -> Beat:
-    return Beat(n, micro, phase, step, done, pid=4242, host="node7")
+def beat(n: int, micro: int, phase: str, step: int = 4, done: bool = False, work: str = "") -> Beat:
+    return Beat(n, micro, phase, step, done, pid=4242, host="node7", work=work)
 
 
 def test_the_bound_is_the_floor_or_a_multiple_of_the_median_step() -> None:
@@ -99,6 +101,8 @@ def test_a_rank_whose_heartbeat_never_came_is_silent() -> None:
 def test_beats_travel_as_json_and_garbage_is_no_beat() -> None:
     b = beat(3, 11, "data", step=5)
     assert Beat.from_json(b.to_json()) == b
+    evaluating = beat(3, 11, "update", work="eval")
+    assert Beat.from_json(evaluating.to_json()) == evaluating
     assert b.position == (11, 0) < beat(3, 11, "forward").position < beat(1, 12, "data").position
     assert Beat.from_json(b"not json") is None and Beat.from_json('{"beat": 1}') is None
 
@@ -127,13 +131,12 @@ def test_rank_0_names_the_rank_asks_every_rank_for_stacks_and_writes_its_own(
         factor=10.0, raise_alert=lambda *a: alerts.append(a), leave=pytest.fail, may_leave=False,
     )  # fmt: skip
     watch.verdict = Verdict(2, time.monotonic())
-    control.state = "compiling"  # the first step: ranks compile at their own pace
-    for _ in range(5):
-        store.set("beat/1", beat(watch.beats, 5, "forward").to_json())
+    control.state = "running"
+    for _ in range(5):  # the first step: rank 1 compiles at its own pace, and says so
+        store.set("beat/1", beat(watch.beats, 5, "forward", work="compile").to_json())
         watch.tick()
         time.sleep(0.1)
     assert alerts == [] and store.check(["dump"]) is False
-    control.state = "running"
     deadline = time.monotonic() + 30
     while not alerts and time.monotonic() < deadline:
         store.set("beat/1", beat(watch.beats, 5, "forward").to_json())  # alive, not moving
@@ -184,11 +187,9 @@ def test_rank_0_reads_a_missing_heartbeat_as_none_without_waiting_for_it() -> No
 def test_a_rank_saving_while_the_others_went_ahead_is_not_behind() -> None:
     """Rank 0 writing a long checkpoint (or a profile's trace) while rank 1 has begun the
     next micro-batch is its own work, not a stall: no `behind` verdict however long."""
-    from tuitrain.engine.rankwatch import OWN_WORK, Beat, Verdict
-
     verdict = Verdict(2, 0.0)
     for t, n in ((0.0, 1), (40.0, 2), (80.0, 3)):
-        beats = {0: Beat(n, 5, OWN_WORK, 4), 1: Beat(n, 6, "backward", 4)}
+        beats = {0: Beat(n, 5, "update", 4, work="save"), 1: Beat(n, 6, "backward", 4)}
         assert verdict.judge(beats, t, 30.0) == []
     beats = {0: Beat(4, 5, "update", 4), 1: Beat(4, 6, "backward", 4)}  # then it stops there
     verdict.judge(beats, 100.0, 30.0)
@@ -196,3 +197,47 @@ def test_a_rank_saving_while_the_others_went_ahead_is_not_behind() -> None:
         {0: Beat(5, 5, "update", 4), 1: Beat(5, 6, "backward", 4)}, 131.0, 30.0
     )
     assert (stalled.rank, stalled.why) == (0, "behind")
+
+
+@pytest.mark.parametrize("work", OWN_WORK)
+def test_a_rank_in_its_own_long_work_is_never_behind_and_the_bound_counts_from_its_end(
+    work: str,
+) -> None:
+    """Rank 1 evaluating (or compiling its first step, saving, profiling, writing a memory
+    snapshot) far longer than rank 0, which went on into the next step and waits for it in
+    the all-reduce: a healthy job, no verdict however long. Once the work is over and rank 1
+    still does not move, the bound counts from then."""
+    verdict = Verdict(2, 0.0)
+    for t in range(0, 600, 10):
+        beats = {0: beat(t, 9, "backward", step=3), 1: beat(t, 8, "update", step=3, work=work)}
+        assert verdict.judge(beats, float(t), BOUND) == [], t
+    for t in range(600, 640):
+        beats = {0: beat(t, 9, "backward", step=3), 1: beat(t, 8, "update", step=3)}
+        found = verdict.judge(beats, float(t), BOUND)
+        assert found == [] if t < 630 else [s.rank for s in found] == [1], t
+    message, figures, _ = describe(
+        Stalled(1, "silent", 40.0, beat(1, 8, "update", work="eval")), None
+    )
+    assert "(in step 5, phase update, in its eval)" in message and figures["work"] == "eval"
+
+
+def test_rank_0_evaluating_excuses_no_other_rank() -> None:
+    """The excuse is each rank's own: rank 2 stuck in its data loader while rank 1 waits for
+    it is behind even while rank 0 is still in its evaluation (its Control says so)."""
+    store = dist.HashStore()
+    alerts: list[tuple[str, dict[str, Any], int | None]] = []
+    progress, control = Progress(), Control()
+    control.state, control.step, progress.micro, progress.work = "evaluating", 4, 5, "eval"
+    watch = RankWatch(
+        store, 0, 3, progress, control, run_dir=None, action="warn", floor_s=0.3,
+        factor=10.0, raise_alert=lambda *a: alerts.append(a), leave=pytest.fail, may_leave=False,
+    )  # fmt: skip
+    watch.verdict = Verdict(3, time.monotonic())
+    deadline = time.monotonic() + 30
+    while not alerts and time.monotonic() < deadline:
+        store.set("beat/1", beat(watch.beats, 6, "backward").to_json())
+        store.set("beat/2", beat(watch.beats, 6, "data").to_json())
+        watch.tick()
+        time.sleep(0.1)
+    [(_, figures, _)] = alerts
+    assert figures["rank"] == 2 and figures["waiting_ranks"] == [1] and figures["work"] is None

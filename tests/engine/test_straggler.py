@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tuitrain.engine.diagnostics import Diagnostics
-from tuitrain.metrics.alerts import QUIET
+from tuitrain.metrics.alerts import BUSY_SCRIPT, QUIET, AlertRules
 from tuitrain.metrics.records import straggler
 from tuitrain.ui.ranks import MAX_RANK_ROWS, rank_note, rank_rows, rank_table
 
@@ -20,6 +20,8 @@ def test_straggler_rule() -> None:
     assert straggler([0.1, 0.1, 0.1, 0.13]) == 3
     assert straggler([0.1]) is None and straggler([]) is None
     assert straggler([0.1, float("nan")]) is None  # a rank without a figure: no verdict
+    # a fraction of a millisecond is timer noise on a loaded host, not a straggler
+    assert straggler([0.0009, 0.0014]) is None and straggler([0.001, 0.0032]) == 1
 
 
 class _Sink:
@@ -133,3 +135,16 @@ def test_rank_note_for_compact_layouts() -> None:
     assert rank_note({"rank_step_time_s": [0.2] * 2, "rank_busy_s": [0.1, 0.1]}) == "2 ranks even"
     note = rank_note({"rank_step_time_s": [0.2] * 8, "rank_busy_s": [0.1] * 7 + [0.3]})
     assert "rank 7 straggler 3.00× median" in note  # found even when the table leaves rows out
+
+
+def test_a_scripts_rows_without_rank_lists_do_not_end_a_straggler_episode() -> None:
+    """A script's rank 0 puts the per-rank lists in the newest train record of each flush
+    only: the rows between carry none, which is no sign the rank caught up."""
+    rules = AlertRules({}, BUSY_SCRIPT)
+    said = []
+    for step in range(1, 41):
+        record = {"step": step} | ({"rank_busy_s": [0.001, 0.032]} if step % 10 == 0 else {})
+        said += rules.judge(record)
+    assert [(a.name, a.figures["rank"]) for a in said] == [("straggler", 1)]
+    assert said[0].message.startswith("rank 1 is a straggler: time outside collectives 32.0 ms")
+    assert said[0].message.endswith("the other ranks wait for it in their collectives")

@@ -67,9 +67,10 @@ from typing import Any
 
 import tuitrain
 from tuitrain.client import ranks
+from tuitrain.client.collectives import CollectiveClock
 from tuitrain.client.hostinfo import host_rss_bytes
 from tuitrain.core.errors import UserError
-from tuitrain.metrics.alerts import AlertRules
+from tuitrain.metrics.alerts import BUSY_SCRIPT, AlertRules
 from tuitrain.metrics.records import (
     EVAL_PREFIX,
     MAX_HEADER_BYTES,
@@ -213,7 +214,8 @@ class OtherRankRun:
         self.step = 0
         self.highest_step = -1
         self._said: set[str] = set()
-        self._reporter = ranks.RankReporter(rank, pointer) if pointer is not None else None
+        self._clock = CollectiveClock() if pointer is not None else None  # its collectives
+        self._reporter = ranks.RankReporter(rank, pointer, self._clock) if pointer else None
         if self._reporter is not None:
             atexit.register(self.finish)  # a script that never calls finish: its last figures
 
@@ -229,6 +231,8 @@ class OtherRankRun:
             self.step = max(self.step, at + 1 if commit else at)
         self.highest_step = max(self.highest_step, at)
         if self._reporter is not None and data:
+            if self._clock is not None:
+                self._clock.poll()  # a process group made since: its collectives are timed
             self._reporter.note(at)
 
     def update_config(self, values: Mapping[str, Any]) -> None:
@@ -247,6 +251,8 @@ class OtherRankRun:
         if not self.finished and self._reporter is not None:
             atexit.unregister(self.finish)
             self._reporter.close()  # its last figures, from its thread (waits 2 s at most)
+        if not self.finished and self._clock is not None:
+            self._clock.detach()
         self.finished = True
 
     def __enter__(self) -> OtherRankRun:
@@ -379,6 +385,8 @@ class Run:
         self._signal: str | None = None
         self._exit_code: int | None = None  # what sys.exit was given
         self._ranks: ranks.RankReader | None = None  # the other ranks' figures (torchrun)
+        self._clock: CollectiveClock | None = None  # this rank's collectives (torchrun)
+        self._busy_from: tuple[int, float] | None = None  # (step, time) its busy_s counts from
         self._pointer: Path | None = None
         self._exit_message = ""  # sys.exit("message"): the message
         self._exit_unknown = ""  # a SystemExit whose code the client could not read: where
@@ -386,7 +394,7 @@ class Run:
         self.dropped_values = 0  # single values left out (unreadable, or over the line size)
         self._dropped_told = 0
         self.last_step: int | None = None
-        self.rules = AlertRules(rules)
+        self.rules = AlertRules(rules, BUSY_SCRIPT)  # a straggler: time outside collectives
         self._telemetry = _telemetry(device)
         self._write_header()
         if moved is not None:
@@ -451,6 +459,8 @@ class Run:
             return
         if at > self._high:
             self._high = at
+        if self._clock is not None:
+            self._clock.poll()  # a process group made since: its collectives are timed
         axes = self._axes
         if axes:  # define_metric: some keys go on another metric's axis
             data = self._split_axes(data, axes, commit)
@@ -587,6 +597,8 @@ class Run:
         self._lock_file.release()
         if self._pointer is not None:
             ranks.remove_pointer(self._pointer, self.dir)
+        if self._clock is not None:
+            self._clock.detach()
         manifest.note_used(self.dir)  # the next run asking for this folder gets one beside it
         self._unhook()
         if _current is self:
@@ -731,6 +743,7 @@ class Run:
         """Train and eval records from resolved rows (step, time, {key: float})."""
         out: list[dict[str, Any]] = []
         newest: dict[str, Any] | None = None  # the last train record: the telemetry's
+        newest_at = 0.0  # when its row was logged
         for step, at, values in rows:
             train: dict[str, Any] = {}
             val: dict[str, Any] = {}
@@ -753,7 +766,7 @@ class Run:
                 if self._last_row is not None and step > self._last_row[0]:
                     step_time_s = (at - self._last_row[1]) / (step - self._last_row[0])
                 self._last_row = (step, at)
-                newest = script_train_record(step, train, step_time_s)
+                newest, newest_at = script_train_record(step, train, step_time_s), at
                 out.append(newest)
             if val:
                 out.append(eval_record(step, val))
@@ -764,10 +777,21 @@ class Run:
                 add_telemetry(newest, self._telemetry.read())
         if newest is not None and self._ranks is not None:
             with contextlib.suppress(Exception):  # the other ranks' figures are a bonus too
-                lists = self._ranks.lists(newest["step"], newest)
+                own = {**newest, "busy_s": self._own_busy(newest["step"], newest_at)}
+                lists = self._ranks.lists(newest["step"], own)
                 if lists is not None:
                     add_rank_lists(newest, lists)
         return out
+
+    def _own_busy(self, step: int, at: float) -> float | None:
+        """Rank 0's time a step outside collectives since the last flush's newest row (the
+        other ranks report theirs over a second or so: alike)."""
+        start, self._busy_from = self._busy_from, (step, at)
+        if self._clock is None or start is None:
+            return None
+        busy = self._clock.busy(start, (step, at))
+        self._clock.release(at)
+        return busy
 
     def _gather_ranks(self, pointer: Path) -> None:
         """Rank 0 of a torchrun job: name this run's dir for the other ranks (`pointer`) and
@@ -780,6 +804,8 @@ class Run:
         if ranks.write_pointer(pointer, self.dir):
             self._pointer = pointer
             self._ranks = ranks.RankReader(folder, ranks.world_size())
+            self._clock = CollectiveClock()
+            self._clock.poll()
 
     def say_once(self, what: str) -> None:
         if what not in self._said and _forks == self._forks:

@@ -2,10 +2,13 @@
 
 Under torchrun each rank may call `tuitrain.init`/`log`; rank 0 writes the job's one run and
 the others (`OtherRankRun`) write no run of their own. They do report what rank 0 cannot see:
-their step time (measured between log calls, as rank 0's run measures its own) and their
-memory (host RSS; the CUDA allocator's peak where the script has initialised CUDA). Rank 0
-puts them beside its own in its train records as the per-rank lists the hosted engine writes
-under DDP (`rank_step_time_s`, `rank_host_rss_bytes`, `rank_mem_peak_bytes`).
+their step time (measured between log calls, as rank 0's run measures its own), their time
+a step outside collectives (`busy_s`: the straggler measure, where the job's collectives can
+be timed, `tuitrain.client.collectives`) and their memory (host RSS; the CUDA allocator's
+peak where the script has initialised CUDA). Rank 0 puts them beside its own in its train
+records as the per-rank lists the hosted engine writes under DDP (`rank_step_time_s`,
+`rank_busy_s`, `rank_host_rss_bytes`, `rank_mem_peak_bytes`); the straggler alert judges
+`rank_busy_s` there as it does a hosted run's.
 
 The transport is files, because a file can neither block nor end the job: each other rank
 appends one JSON line a flush (every FLUSH_S seconds, when it logged since the last) to
@@ -40,6 +43,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tuitrain.client.collectives import CollectiveClock
 from tuitrain.client.hostinfo import host_rss_bytes
 from tuitrain.rundir.layout import RANKS_DIR
 from tuitrain.rundir.ranks import (
@@ -69,7 +73,7 @@ MAX_READ_BYTES = 1 << 20  # what rank 0 reads of one rank's file at one flush
 MAX_PENDING = 10_000  # entries held per rank waiting for rank 0's rows to reach their step
 JOB_ENV = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "MASTER_ADDR", "MASTER_PORT",
            "SLURM_JOB_ID")  # fmt: skip
-RANK_FIELDS = ("rank_step_time_s", "rank_host_rss_bytes", "rank_mem_peak_bytes")
+RANK_FIELDS = ("rank_step_time_s", "rank_busy_s", "rank_host_rss_bytes", "rank_mem_peak_bytes")
 
 _runs = 0  # the runs init started in this process on any rank: the job key's last part
 
@@ -143,11 +147,13 @@ def cuda_peak_bytes() -> int | None:
 
 class RankReporter:
     """Another rank's side: notes each log call's (step, time) and, every FLUSH_S seconds
-    from a daemon thread, appends its figures to its file in rank 0's run dir."""
+    from a daemon thread, appends its figures to its file in rank 0's run dir; `clock`
+    times the rank's collectives for its `busy_s`."""
 
-    def __init__(self, rank: int, pointer: Path) -> None:
+    def __init__(self, rank: int, pointer: Path, clock: CollectiveClock | None = None) -> None:
         self.rank = rank
         self.pointer = pointer
+        self.clock = clock
         self.started = process_start_time()
         self.folder: Path | None = None
         self.reports = 0  # lines written (tests and curiosity)
@@ -187,11 +193,18 @@ class RankReporter:
         if self.folder is None:
             return  # rank 0 has not named its run dir (yet, or not on this node)
         step_time = (last[1] - since[1]) / (last[0] - since[0]) if last[0] > since[0] else None
-        entry = {"step": last[0], "step_time_s": step_time, "host_rss_bytes": host_rss_bytes(),
-                 "mem_peak_bytes": cuda_peak_bytes()}  # fmt: skip
+        entry = {
+            "step": last[0],
+            "step_time_s": step_time,
+            "busy_s": self.clock.busy(since, last) if self.clock is not None else None,
+            "host_rss_bytes": host_rss_bytes(),
+            "mem_peak_bytes": cuda_peak_bytes(),
+        }
         if not append_report(self.folder, self.rank, (json.dumps(entry) + "\n").encode()):
             return  # quiet: the figures of this rank stay null in the run
         self._reported = last
+        if self.clock is not None:
+            self.clock.release(last[1])  # the next report's interval starts there
         self.reports += 1
 
 
@@ -258,6 +271,8 @@ class RankReader:
                 columns[name].append(value)
         if all(math.isnan(v) for v in columns["rank_mem_peak_bytes"]):
             del columns["rank_mem_peak_bytes"]  # no rank on CUDA: the field does not apply
+        if all(math.isnan(v) for v in columns["rank_busy_s"]):
+            del columns["rank_busy_s"]  # no rank's collectives timed: the step times show
         return columns
 
 
@@ -273,7 +288,7 @@ def _entry(line: bytes) -> dict[str, Any] | None:
     if isinstance(step, bool) or not isinstance(step, int):
         return None
     out: dict[str, Any] = {"step": step}
-    for name in ("step_time_s", "host_rss_bytes", "mem_peak_bytes"):
+    for name in ("step_time_s", "busy_s", "host_rss_bytes", "mem_peak_bytes"):
         value = entry.get(name)
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         out[name] = value if ok and math.isfinite(float(value or 0)) else None

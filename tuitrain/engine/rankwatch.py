@@ -5,14 +5,17 @@ Synchronous data parallelism runs the ranks in lockstep, so while one rank is st
 data loader, a deadlock, a dead peer) every rank shows the same optimizer step: the step
 counter cannot say who. What differs is how far each rank got inside the step. The training
 loop keeps that in a plain object (`Progress`: micro-batches begun and the phase, data ->
-forward -> backward -> update: one int and one str assignment per micro-batch, nothing else);
+forward -> backward -> update: one int and one str assignment per micro-batch, nothing else;
+and the long work the rank is in on purpose, `OWN_WORK`: set before it starts, cleared after);
 a thread on every rank publishes it as a heartbeat in the process group's c10d store, every
 `stalled_rank_s` / 15 seconds (0.2 to 2 s: 2 s at the default 30 s bound), with two store
 calls a tick when nothing happened (each call hands the GIL to and from the training
 loop). Rank 0's thread reads every heartbeat and judges (`Verdict`):
 
 - a rank is *behind* when another rank is further into the step (waiting in the collective
-  for it) and it has not moved for the bound, counted from when the other went ahead;
+  for it) and it has not moved for the bound, counted from when the other went ahead; never
+  while it is in its own long work (an evaluation, its first compiled step, a checkpoint, a
+  profile, a memory snapshot: one rank's may take longer than the others' by any amount);
 - a rank is *silent* when its heartbeat has not changed for the bound (a dead process, or a
   Python that no longer runs its threads).
 
@@ -63,9 +66,10 @@ from tuitrain.core.safefile import (
 from tuitrain.rundir.layout import RunDir
 
 PHASES = ("data", "forward", "backward", "update")  # the order within one micro-batch
-# between steps: work one rank does on its own while the others wait (rank 0 writing a
-# checkpoint, a profile, a memory snapshot): slow on a slow disk, never a stall
-OWN_WORK = "save"
+# work one rank may spend long in while the others wait for it in a collective, never a stall:
+# an evaluation (every rank runs its own, one may be slower), the first step of a compiled
+# model, a checkpoint, a profile's trace, a memory snapshot (files: slow on a slow disk)
+OWN_WORK = ("eval", "compile", "save", "profile", "memory snapshot")
 POLL_S = 1.0  # heartbeat and judging period at most (a bound of 15 s or more: 2 s)
 POLL_MAX_S = 2.0
 DUMP_WAIT_S = 5.0  # stop: how long rank 0 waits for every rank's stacks before the stop
@@ -75,14 +79,16 @@ PREFIX = "tuitrain/rankwatch"
 
 
 class Progress:
-    """How far this rank got: micro-batches begun and the phase of the current one. The
-    training loop assigns the fields; the watch thread only reads them."""
+    """How far this rank got: micro-batches begun and the phase of the current one, and the
+    long work it is in (one of OWN_WORK, or ""). The training loop assigns the fields; the
+    watch thread only reads them."""
 
-    __slots__ = ("micro", "phase")
+    __slots__ = ("micro", "phase", "work")
 
     def __init__(self) -> None:
         self.micro = 0
         self.phase = "update"
+        self.work = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +102,7 @@ class Beat:
     done: bool = False  # the rank left its training loop (not waiting for anyone)
     pid: int = 0  # where to look when the heartbeat stops (py-spy dump --pid)
     host: str = ""
+    work: str = ""  # the long work it is in (OWN_WORK): behind the others on purpose
 
     @property
     def position(self) -> tuple[int, int]:
@@ -103,7 +110,7 @@ class Beat:
         return (self.micro, phase)
 
     def to_json(self) -> str:
-        fields = ("beat", "micro", "phase", "step", "done", "pid", "host")
+        fields = ("beat", "micro", "phase", "step", "done", "pid", "host", "work")
         return json.dumps({name: getattr(self, name) for name in fields})
 
     @classmethod
@@ -111,9 +118,9 @@ class Beat:
         try:
             raw = json.loads(text)
             where = (int(raw.get("pid", 0)), str(raw.get("host", "")))
-            done = bool(raw.get("done", False))
+            done, work = bool(raw.get("done", False)), str(raw.get("work", ""))
             numbers = (int(raw["beat"]), int(raw["micro"]), str(raw["phase"]), int(raw["step"]))
-            return cls(*numbers, done, *where)
+            return cls(*numbers, done, *where, work)
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -162,7 +169,7 @@ class Verdict:
             ahead = tuple(
                 r for r, b in live.items() if r not in silent and b.position > beat.position
             )
-            if not ahead or beat.phase == OWN_WORK:  # a long save is not a stall
+            if not ahead or beat.work:  # a long evaluation, compile or save is no stall
                 self.behind.pop(rank, None)
                 continue
             where, since = self.behind.get(rank, (None, now))
@@ -198,6 +205,8 @@ def describe(stalled: Stalled, stacks: Path | None) -> tuple[str, dict[str, Any]
     beat = stalled.beat
     step = beat.step + 1 if beat is not None else None  # the step it is in
     where = f"in step {step}, phase {beat.phase}" if beat is not None else "before its first beat"
+    if beat is not None and beat.work:
+        where += f", in its {beat.work}"
     folder = f"; every rank's Python stacks: {stacks}/" if stacks is not None else ""
     if stalled.why == "silent":
         text = (
@@ -218,6 +227,7 @@ def describe(stalled: Stalled, stacks: Path | None) -> tuple[str, dict[str, Any]
         "rank": stalled.rank,
         "why": stalled.why,
         "phase": beat.phase if beat is not None else None,
+        "work": (beat.work or None) if beat is not None else None,
         "seconds": round(stalled.seconds, 1),
         "waiting_ranks": list(stalled.waiting),
         "stacks": str(stacks) if stacks is not None else None,
@@ -323,7 +333,9 @@ class RankWatch:
     def publish(self, done: bool = False) -> Beat:
         self.beats += 1
         progress, step = self.progress, self.control.step
-        beat = Beat(self.beats, progress.micro, progress.phase, step, done, *self.where)
+        beat = Beat(
+            self.beats, progress.micro, progress.phase, step, done, *self.where, progress.work
+        )
         self.store.set(f"beat/{self.rank}", beat.to_json())
         return beat
 
@@ -379,13 +391,13 @@ class RankWatch:
             self.clock.observe(self.control.step, now)
         beats = self.read_beats()
         bound = stall_bound(self.floor_s, self.factor, self.clock.median_s)
-        # compiling, evaluating, paused: rank 0's own loop is busy elsewhere on purpose, and
-        # a first step that compiles is no measure of a stall; a silent heartbeat still is
-        running = self.control.state == "running"
+        # paused: every rank waits in the pause's collectives on purpose (a silent heartbeat
+        # is still a stall); an evaluation or a compile is each rank's own, in its beat
+        paused = self.control.state == "paused"
         found = [
             s
             for s in self.verdict.judge(beats, now, bound)
-            if (running or s.why == "silent") and self.news(s)
+            if (not paused or s.why == "silent") and self.news(s)
         ]
         for rank in [r for r in self.reported if r not in {s.rank for s in found}]:
             if not self.still_stalled(rank, beats):

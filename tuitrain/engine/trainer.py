@@ -30,7 +30,7 @@ from tuitrain.engine.meter import IntervalMeter
 from tuitrain.engine.precision import bf16_supported
 from tuitrain.engine.profiling import StepProfiler
 from tuitrain.engine.ranktime import ForwardClock
-from tuitrain.engine.rankwatch import OWN_WORK, Progress
+from tuitrain.engine.rankwatch import Progress
 from tuitrain.engine.setup import DistInfo, RunParts
 from tuitrain.engine.state import FORMAT_VERSION, is_number
 from tuitrain.engine.tasks.base import (
@@ -206,7 +206,8 @@ class Trainer:
             status = self.run_epoch()
             if status != "completed":
                 break
-        self.memory.close(self.step, self.sink)  # a recording the run's end cut short
+        with self.own_work("memory snapshot"):
+            self.memory.close(self.step, self.sink)  # a recording the run's end cut short
         if status == "completed" or self.cfg.checkpoint.on_stop:
             self.save("stop" if status == "stopped" else "end of training")
         return status
@@ -242,8 +243,12 @@ class Trainer:
         log_every = self.cfg.train.log_every
         is_log = (self.step + 1) % log_every == 0 or self.step + 1 == p.total_steps
         first = self.step == self.start_step and p.compiled
+        progress = self.progress  # the work the rank watch excuses (OWN_WORK), each in turn
+        progress.work = "profile"
         self.profiler.maybe_start(None, self.step)
+        progress.work = "memory snapshot"
         self.memory.maybe_start(self.step)
+        progress.work = "compile" if first else ""
         self.state_sound = False
         self.train_step(batches, need_grad_norm=is_log)
         self.step += 1
@@ -251,10 +256,11 @@ class Trainer:
         self.epoch_step += 1
         self.state_sound = True
         self.samples += self.batch_size * self.cfg.optim.grad_accum * self.dist.world_size
-        self.progress.phase = OWN_WORK  # a profile's trace, a memory snapshot: rank 0's file
+        progress.work = "profile"  # a profile's trace, a memory snapshot: a file
         self.profiler.after_step(self.sink)
+        progress.work = "memory snapshot"
         self.memory.after_step(self.step, self.sink)
-        self.progress.phase = "update"
+        progress.work = ""
         if self.cfg.train.pace_s:
             self.control.sleep(self.cfg.train.pace_s)  # a stop (SIGTERM, q) does not wait it out
         if first:
@@ -407,7 +413,12 @@ class Trainer:
     def evaluate(self) -> None:
         """The task's validation metrics under inference_mode, averaged over the validation
         set weighted by batch size; one sync at the end. The plain module runs it: the
-        compiled one would compile an eval graph unseen (a long stall)."""
+        compiled one would compile an eval graph unseen (a long stall). Every rank runs its
+        own, at its own pace: the rank watch knows (a slower one is not a stalled rank)."""
+        with self.own_work("eval"):
+            self._evaluate()
+
+    def _evaluate(self) -> None:
         p = self.parts
         self.control.state = "evaluating"
         p.model.eval()
@@ -545,18 +556,19 @@ class Trainer:
         its shard and its own state into the folder rank 0 renames into place."""
         if self.run_dir is None or self.last_saved_step == self.step:
             return None
-        with self.own_work():
+        with self.own_work("save"):
             return self._save(reason)
 
     @contextlib.contextmanager
-    def own_work(self) -> Iterator[None]:
-        """Work this rank does between steps while the others may wait for it (a checkpoint,
-        a profile's trace): the rank watch does not call a long one a stall."""
-        before, self.progress.phase = self.progress.phase, OWN_WORK
+    def own_work(self, work: str) -> Iterator[None]:
+        """Long work this rank does while the others may wait for it in a collective (one of
+        rankwatch.OWN_WORK: an evaluation, a compile, a checkpoint, a profile's trace), set
+        before it starts and cleared after: the rank watch does not call a long one a stall."""
+        before, self.progress.work = self.progress.work, work
         try:
             yield
         finally:
-            self.progress.phase = before
+            self.progress.work = before
 
     def _save(self, reason: str) -> Path | None:
         self.meter.note_sync()  # the state is copied to the host

@@ -21,6 +21,10 @@ from typing import Any
 
 from tuitrain.metrics.records import SCALE_FLOOR, straggler
 
+# what `rank_busy_s` measures, in the straggler alert's sentence: the engine's own timing of
+# a rank's data wait + forward, or a script's time outside its collectives (the client's)
+BUSY_ENGINE = ("data + forward", "every gradient all-reduce")
+BUSY_SCRIPT = ("time outside collectives", "their collectives")
 QUIET = 3  # log points without the condition before the same alert may fire again
 SPIKE_WINDOW = 20  # the loss spike's median is over this many earlier log points
 WARMUP_POINTS = 3  # throughput: the first log points (compile, cold caches) are not the norm
@@ -65,8 +69,9 @@ def nonfinite_metric(names: list[str], step: object) -> tuple[str, dict[str, Any
 class AlertRules:
     """Judges train records one by one; `judge(record)` returns the alerts that start now."""
 
-    def __init__(self, cfg: Mapping[str, Any]) -> None:
+    def __init__(self, cfg: Mapping[str, Any], busy: tuple[str, str] = BUSY_ENGINE) -> None:
         self.cfg = dict(cfg)
+        self.busy = busy  # what rank_busy_s measures, and where the other ranks wait
         self.losses: deque[float] = deque(maxlen=SPIKE_WINDOW)
         self.rates: list[float] = []
         self.peak: float | None = None
@@ -165,22 +170,30 @@ class AlertRules:
                     {"data_wait_frac": wait, "intervals": self.waiting},
                 )
         busy = record.get("rank_busy_s")
+        unjudged = () if isinstance(busy, list) else ("straggler",)  # a script's rows between
+        # its flushes carry no per-rank lists: no figure is not a rank that caught up
         if isinstance(busy, list) and all(_num(b) is not None for b in busy):
             slow = straggler([float(b) for b in busy])
             if slow is not None:
                 median = statistics.median(busy)
+                measure, where = self.busy
                 found["straggler"] = (
-                    f"rank {slow} is a straggler: data + forward {1000 * busy[slow]:.1f} ms "
+                    f"rank {slow} is a straggler: {measure} {1000 * busy[slow]:.1f} ms "
                     f"per step, {busy[slow] / median:.2f}x the median ({1000 * median:.1f} "
-                    "ms); the other ranks wait for it in every gradient all-reduce",
+                    f"ms); the other ranks wait for it in {where}",
                     {"rank": slow, "busy_s": busy[slow], "median_busy_s": median},
                 )
-        return self.episodes(found)
+        return self.episodes(found, unjudged)
 
-    def episodes(self, found: Mapping[str, tuple[str, dict[str, Any]]]) -> list[Alert]:
-        """The alerts whose condition starts to hold now (once per episode), rules not off."""
+    def episodes(
+        self, found: Mapping[str, tuple[str, dict[str, Any]]], unjudged: Sequence[str] = ()
+    ) -> list[Alert]:
+        """The alerts whose condition starts to hold now (once per episode), rules not off;
+        an `unjudged` rule (its figures absent from this record) keeps its episode as it is."""
         out = []
         for name in RULES:
+            if name in unjudged:
+                continue
             if name in found:
                 self.clear_for[name] = 0
                 news = not self.active.get(name)

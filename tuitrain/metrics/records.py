@@ -716,6 +716,9 @@ WARN_DATA_WAIT = 0.10
 INPUT_BOUND_DATA_WAIT = 0.20
 SCALE_FLOOR = 1.0  # an fp16 scale below this means gradients overflow again and again
 STRAGGLER_FACTOR = 1.2  # the slowest rank's step time above this x the median: a straggler
+# ... and at least this many seconds a step above it: less costs the job little, and a loaded
+# host's timer noise on a small model's work (a script's ranks at ~1 ms each) is that size
+STRAGGLER_FLOOR_S = 0.001
 
 
 def data_wait_verdict(
@@ -758,13 +761,15 @@ def loader_hint(data: Mapping[str, Any], device: str | None) -> str:
 
 
 def straggler(step_times: Sequence[float], factor: float = STRAGGLER_FACTOR) -> int | None:
-    """The slowest rank when its step time is above `factor` x the median, else None."""
+    """The slowest rank when its step time is above `factor` x the median and at least
+    STRAGGLER_FLOOR_S above it, else None."""
     times = [t for t in step_times if t == t]  # NaN: a rank without a measurement
     if len(times) < 2 or len(times) != len(step_times):
         return None
     median = statistics.median(times)
     slowest = max(range(len(times)), key=times.__getitem__)
-    return slowest if times[slowest] > factor * median else None
+    slow = times[slowest] > factor * median and times[slowest] - median >= STRAGGLER_FLOOR_S
+    return slowest if slow else None
 
 
 # --------------------------------------------------------------------------- records read back
