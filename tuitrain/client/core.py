@@ -88,6 +88,7 @@ from tuitrain.metrics.records import (
     valid_step,
 )
 from tuitrain.rundir import manifest
+from tuitrain.rundir.layout import RunDir
 
 __all__ = ["Run", "finish", "init", "log", "current"]
 
@@ -345,7 +346,7 @@ class Run:
                                      for k, v in meta.items() if v}  # fmt: skip
         self._lock_file = RunDirLock(self.dir)  # one writer, as for a hosted run
         try:
-            self.sink = JsonlSink(self.dir / "metrics.jsonl")
+            self.sink = JsonlSink(RunDir(self.dir).metrics)
         except BaseException:
             self._lock_file.release()
             raise
@@ -769,7 +770,7 @@ class Run:
     def _gather_ranks(self, pointer: Path) -> None:
         """Rank 0 of a torchrun job: name this run's dir for the other ranks (`pointer`) and
         read their figures at each flush."""
-        folder = self.dir / ranks.RANKS_DIR
+        folder = RunDir(self.dir).ranks
         try:
             folder.mkdir(exist_ok=True)
         except OSError:

@@ -1,9 +1,10 @@
 """`tuitrain parity`: the fp32-vs-mixed precision parity check from the command line.
 
 Prints a readable table, or with `--json` one JSON object on stdout (nothing else goes to
-stdout). Progress lines go to stderr; every engine record of both runs goes to
-RUN_DIR/parity.log (lines) and RUN_DIR/metrics.jsonl (tagged with "run"), the result to
-RUN_DIR/parity.json. Imports torch lazily so `tuitrain parity --help` stays instant.
+stdout). Progress lines go to stderr; every engine record of both runs goes to the run
+dir's parity log (lines) and metrics file (tagged with "run"), the result to its parity
+file (rundir.layout names them). Imports torch lazily so `tuitrain parity --help` stays
+instant.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tuitrain.core.config import DEFAULT_PRESET, Config, load_preset, overrides_
 from tuitrain.core.errors import EXIT_FAILED, OneLineParser, UserError
 from tuitrain.metrics.format import format_record
 from tuitrain.metrics.sinks import Sink, console_clock
+from tuitrain.rundir.layout import METRICS_NAME, PARITY_JSON, PARITY_LOG, RunDir
 
 if TYPE_CHECKING:
     from tuitrain.metrics.parity_report import ParityResult
@@ -144,7 +146,7 @@ def run_parity(cfg: Config, args: argparse.Namespace) -> int:
 
     def outputs(host: RunHost, log: IO[str]) -> list[Sink]:
         assert host.run_dir is not None
-        metrics = JsonlSink(host.run_dir / "metrics.jsonl")
+        metrics = JsonlSink(RunDir(host.run_dir).metrics)
         return [metrics, TaggedLineSink(log), ProgressSink(sys.stderr)]
 
     def check(host: RunHost, sink: Sink) -> ParityResult:
@@ -156,7 +158,7 @@ def run_parity(cfg: Config, args: argparse.Namespace) -> int:
     host = RunHost(
         cfg,
         run_dir=args.run_dir or cfg.run.run_dir or default_run_dir(cfg),
-        log_name="parity.log",
+        log_name=PARITY_LOG,
         outputs=outputs,
         engine=check,
     )
@@ -290,7 +292,7 @@ def format_table(result: ParityResult, run_dir: Path) -> str:
         lines.append(f"             {note}")
     if control := r.control_line():
         lines.append(f"control      {control}")
-    lines.append(f"run dir      {run_dir} (parity.json, parity.log, metrics.jsonl)")
+    lines.append(f"run dir      {run_dir} ({PARITY_JSON}, {PARITY_LOG}, {METRICS_NAME})")
     return "\n".join(lines)
 
 
@@ -338,7 +340,7 @@ def format_metric_table(r: ParityResult, run_dir: Path) -> str:
     lines.append(f"verdict      {verdict_line(r)}")
     if control := r.control_line():
         lines.append(f"control      {control}")
-    lines.append(f"run dir      {run_dir} (parity.json, parity.log, metrics.jsonl)")
+    lines.append(f"run dir      {run_dir} ({PARITY_JSON}, {PARITY_LOG}, {METRICS_NAME})")
     return "\n".join(lines)
 
 

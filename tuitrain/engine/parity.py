@@ -61,6 +61,7 @@ from tuitrain.metrics.parity_report import (
 )
 from tuitrain.metrics.records import event_record, tagged, task_declaration
 from tuitrain.metrics.sinks import NullSink, Sink
+from tuitrain.rundir.layout import RunDir
 
 # --------------------------------------------------------------------------- configs
 
@@ -456,7 +457,7 @@ class _Check:
             gap_points=r.gap_points, speedup=r.speedup, result=r.to_json(),
         )  # fmt: skip
         if run_dir is not None:
-            write_parity_json(r, run_dir)
+            write_parity_json(r, RunDir(run_dir).parity_json)
 
     def emit(self, message: str, level: str = "info", **extra: Any) -> None:
         self.sink.write(event_record(message, level=level, kind="parity", **extra))

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from tuitrain.core.control import Control
+from tuitrain.rundir.layout import RunDir
 
 PHASES = ("data", "forward", "backward", "update")  # the order within one micro-batch
 # between steps: work one rank does on its own while the others wait (rank 0 writing a
@@ -265,7 +266,7 @@ class RankWatch:
         self.store = store
         self.rank, self.world_size = rank, world_size
         self.progress, self.control = progress, control
-        self.stacks = run_dir / "stacks" if run_dir is not None else None
+        self.stacks = RunDir(run_dir).stacks if run_dir is not None else None
         self.action, self.floor_s, self.factor = action, floor_s, factor
         self.raise_alert, self.leave, self.may_leave = raise_alert, leave, may_leave
         self.nccl = nccl

@@ -35,6 +35,7 @@ from tuitrain.engine.trainer import Trainer
 from tuitrain.metrics.alerts import Alert
 from tuitrain.metrics.records import end_record, event_record, header_record
 from tuitrain.metrics.sinks import Sink
+from tuitrain.rundir.layout import RunDir
 
 __all__ = ["RunResult", "run"]
 
@@ -394,7 +395,7 @@ def describe_failure(exc: BaseException, trainer: Trainer | None) -> tuple[str, 
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         stopped = trainer.control.stop_reason if trainer else ""
         if trainer and stopped.startswith("stopped by alert stalled_rank"):  # peers ended
-            stacks = trainer.run_dir / "stacks" if trainer.run_dir else "the run dir's stacks"
+            stacks = RunDir(trainer.run_dir).stacks if trainer.run_dir else "the run dir's stacks"
             return (
                 f"{stopped}; every rank was ended after step {step}",
                 f"every rank's Python stacks are in {stacks}/",

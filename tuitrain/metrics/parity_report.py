@@ -490,13 +490,13 @@ def verdict_event(result: ParityResult, parity_dir: Path | None = None) -> dict[
 
 
 def record_verdict(
-    run_dir: Path,
+    metrics: Path,
     result: ParityResult,
     parity_dir: Path | None = None,
     store: MetricStore | None = None,
 ) -> dict[str, Any] | None:
-    """Append the verdict event to `run_dir`'s metrics.jsonl (the run the check was started
-    from: its own sink is paused or closed, and each append is one whole line) and push it
+    """Append the verdict event to `metrics`, the metrics file of the run the check was
+    started from (its own sink is paused or closed, and each append is one whole line), and push it
     into its `store` (the dashboard's event log). None when there is nothing to say (a
     cancelled check) or the file cannot be written."""
     if result.verdict is None:
@@ -505,7 +505,7 @@ def record_verdict(
     if store is not None:
         store.push(event)
     try:
-        sink = JsonlSink(run_dir / "metrics.jsonl")
+        sink = JsonlSink(metrics)
     except OSError:
         return None
     try:
@@ -545,8 +545,9 @@ def count_test_images(header: Mapping[str, Any]) -> int | None:
     return int(match.group(1).replace(",", "")) if match else None
 
 
-def write_parity_json(result: ParityResult, run_dir: Path) -> Path:
-    """`run_dir/parity.json`, written atomically (NaN/inf become null)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+def write_parity_json(result: ParityResult, path: Path) -> Path:
+    """The result as JSON at `path` (a run dir's parity file), written atomically (NaN/inf
+    become null)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(json.loads(to_json_line(result.to_json())), indent=2) + "\n"
-    return write_atomic_text(run_dir / "parity.json", text)
+    return write_atomic_text(path, text)

@@ -28,6 +28,7 @@ from textual.widgets import Footer, Static
 from tuitrain.metrics.format import DASH
 from tuitrain.metrics.records import CLASSIFY_DECLARATION, format_metric, task_declaration
 from tuitrain.metrics.store import MetricStore, Series, Snapshot
+from tuitrain.rundir.layout import METRICS_NAME
 from tuitrain.rundir.state import quiet_seconds
 from tuitrain.ui.screens.help import HelpScreen, binding_commands
 from tuitrain.ui.stopping import StoppingApp
@@ -99,8 +100,8 @@ class RunSummary:
 
 def run_label(snap: Snapshot, path: Path) -> str:
     """`preset · run dir`: the header's preset and the dir name (the file name if it is not
-    a run dir's metrics.jsonl)."""
-    where = path.parent.name if path.name == "metrics.jsonl" else path.name
+    a run dir's metrics file)."""
+    where = path.parent.name if path.name == METRICS_NAME else path.name
     preset = (snap.header or {}).get("preset")
     return f"{preset} · {where}" if preset else where
 

@@ -18,6 +18,7 @@ from tuitrain.client.proctree import TreeSampler
 from tuitrain.core.text import strip_controls
 from tuitrain.metrics.store import MetricStore
 from tuitrain.rundir.follow import JsonlFollower
+from tuitrain.rundir.layout import RunDir
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.widgets.output import MAX_OUTPUT_LINES, OutputLog
 
@@ -150,8 +151,8 @@ class ScriptApp(TuitrainApp):
         newest = runs[-1]
         self.follower.stop()
         self.store.reset()
-        self.follower = JsonlFollower(newest / "metrics.jsonl", self.store)
-        self.watched_path = newest / "metrics.jsonl"
+        self.watched_path = RunDir(newest).metrics
+        self.follower = JsonlFollower(self.watched_path, self.store)
         self.alerts_seen = 0
         self.reset_view()
         self._text_version = (-1, False)

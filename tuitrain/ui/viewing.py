@@ -116,7 +116,7 @@ class ViewingApp(SessionApp):
         overrides: Sequence[str] = (),
     ) -> None:
         super().__init__(store=store, host=host, overrides=overrides)
-        self.watched_path: Path | None = None  # watch mode: the followed metrics.jsonl
+        self.watched_path: Path | None = None  # watch mode: the followed metrics file
         self.steering: Steering | None = None  # watch mode: a live hosted run's control channel
         self.back_to: str | None = None  # opened from `tuitrain runs`: escape goes back
 

@@ -35,6 +35,7 @@ from tuitrain.metrics.parity_report import (
     format_p,
 )
 from tuitrain.metrics.store import Snapshot
+from tuitrain.rundir.layout import PARITY_JSON, RunDir
 from tuitrain.ui.widgets.chart import Line, MetricChart
 
 if TYPE_CHECKING:
@@ -164,7 +165,7 @@ class ParityScreen(ModalScreen[None]):
             from tuitrain.metrics.parity_report import record_verdict
 
             # the verdict becomes an event of the run the check was started from
-            record_verdict(host.run_dir, self.result, run_dir, host.store)
+            record_verdict(RunDir(host.run_dir).metrics, self.result, run_dir, host.store)
 
     @property
     def running(self) -> bool:
@@ -246,7 +247,7 @@ class ParityScreen(ModalScreen[None]):
             return f"cancelled: {r.message}", "error"
         if r.verdict == "ERROR":
             return f"ERROR: {r.message}", "error"
-        where = f"\nparity.json in {self.run_dir}" if self.run_dir is not None else ""
+        where = f"\n{PARITY_JSON} in {self.run_dir}" if self.run_dir is not None else ""
         control = f"\n{line}" if (line := r.control_line()) else ""
         if r.metric is not None:  # a task other than classify: its primary metric
             return r.summary().removeprefix("parity ") + control + where, r.verdict.lower()

@@ -21,6 +21,7 @@ from tuitrain.metrics.format import precision_label
 from tuitrain.metrics.records import Record, eval_metric_items
 from tuitrain.metrics.sinks import SEQ_KEY, STEP_KEY
 from tuitrain.metrics.store import Snapshot
+from tuitrain.rundir.layout import METRICS_NAME
 from tuitrain.ui.panels import (
     declared_metrics,
     eval_label,
@@ -157,7 +158,7 @@ class EventLog(RichLog):
             new.append(rec)
         if len(new) > MAX_BURST:  # writing each one is ~0.4 ms of the UI thread
             skipped = len(new) - MAX_BURST
-            self.add(None, f"… {skipped:,} earlier events and evaluations (all in metrics.jsonl)")
+            self.add(None, f"… {skipped:,} earlier events and evaluations (all in {METRICS_NAME})")
             new = new[skipped:]
         self._header = snap.header  # the declaration: how each metric reads
         for rec in new:

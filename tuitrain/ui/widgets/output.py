@@ -16,7 +16,6 @@ from textual.widgets import RichLog
 from tuitrain.core.text import strip_controls
 
 MAX_OUTPUT_LINES = 2000
-OUTPUT_LOG = "output.log"  # what `tuitrain run` keeps of the script's output, in its run dir
 TAIL_BYTES = 64 * 1024  # watch: the end of output.log read at first, then what is appended
 READ_BYTES = 256 * 1024  # at most this much a poll (a script printing fast: later polls)
 
