@@ -261,7 +261,7 @@ def test_the_verdict_becomes_an_event_of_the_run_it_was_started_from(tmp_path) -
     sink.write(end_record("stopped", "quit", 40))
     sink.close()
     r = ParityResult(preset="p", mixed="bf16", device="cpu", epochs=1, seed=0)
-    r.per_epoch = [EpochRow(1, fp32_val_acc=0.85, mixed_val_acc=0.837)]
+    r.per_epoch = [EpochRow(1, fp32_acc=0.85, mixed_acc=0.837)]
     r.test_set_size = 1000
     store = MetricStore()
     event = record_verdict(run / "metrics.jsonl", r, run / "parity", store)

@@ -1165,7 +1165,8 @@ def _is_tensor(value: Any) -> bool:
 
 
 def eval_name(key: str) -> str | None:
-    """`val/acc`, `eval/acc`, `eval_acc`, `val_acc` -> `val_acc`; None for other keys."""
+    """`val/NAME`, `eval/NAME`, `eval_NAME`, `val_NAME` -> `val_NAME` (slashes in NAME as
+    underscores); None for other keys."""
     for prefix in EVAL_PREFIXES:
         if key.startswith(prefix) and len(key) > len(prefix):
             return "val_" + key[len(prefix) :].replace("/", "_")

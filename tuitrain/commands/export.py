@@ -124,7 +124,7 @@ def csv_columns(header: Record | None, undeclared: Sequence[str] = ()) -> tuple[
     """The train record's fields, tokens/s where the task counts tokens, then the metrics
     the header's task declares and those the records hold (`undeclared`): train metrics,
     then the validation ones in declaration order. No column for a metric the run never
-    declares nor records (a language model has no val_acc); a classification run (an old
+    declares nor records (a language model has no accuracy); a classification run (an old
     header reads as one) gets CSV_COLUMNS exactly."""
     if header is None:
         return CSV_COLUMNS

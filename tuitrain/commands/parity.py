@@ -22,6 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 from tuitrain.core.config import DEFAULT_PRESET, Config, load_preset, overrides_from
 from tuitrain.core.errors import EXIT_FAILED, OneLineParser, UserError
 from tuitrain.metrics.format import format_record
+from tuitrain.metrics.records import CLASSIFY_PRIMARY
 from tuitrain.metrics.sinks import Sink, console_clock
 from tuitrain.rundir.layout import METRICS_NAME, PARITY_JSON, PARITY_LOG, RunDir
 
@@ -211,9 +212,13 @@ class ProgressSink(Sink):
             self.labels["mixed"] = record.get("mixed") or self.labels["mixed"]
             text = str(record.get("message"))
         elif record.get("type") == "eval" and not record.get("early"):
-            acc, loss = record.get("val_acc"), record.get("val_loss")
+            acc, loss = record.get(CLASSIFY_PRIMARY), record.get("val_loss")
             text = f"  {run} run: epoch {record.get('epoch'):g}"
-            text += f" val_acc {100 * acc:.2f}% val_loss {loss:.4f}" if acc is not None else ""
+            text += (
+                f" {CLASSIFY_PRIMARY} {100 * acc:.2f}% val_loss {loss:.4f}"
+                if acc is not None
+                else ""
+            )
         elif record.get("type") == "event" and record.get("level") == "error":
             text = f"  {run} run: {record.get('message')}"
         else:
@@ -265,7 +270,7 @@ def format_table(result: ParityResult, run_dir: Path) -> str:
     ]
     for row in r.per_epoch:
         lines.append(
-            f"{row.epoch:>5}  {_pct(row.fp32_val_acc):>9}  {_pct(row.mixed_val_acc):>9}  "
+            f"{row.epoch:>5}  {_pct(row.fp32_acc):>9}  {_pct(row.mixed_acc):>9}  "
             f"{_num(row.gap_points, '+.2f'):>8}  {_num(row.fp32_val_loss, '.4f'):>9}  "
             f"{_num(row.mixed_val_loss, '.4f'):>9}"
         )

@@ -1,6 +1,6 @@
 """Headless runs: one process, or one rank of a torchrun job; and `--nproc N` launching.
 
-Rank 0 alone prints (or draws the UI), writes metrics.jsonl and checkpoints; other ranks are
+Rank 0 alone prints (or draws the UI), writes the metrics file and checkpoints; other ranks are
 quiet and log to rank-N.log in the same run dir (rank 0 picks it and broadcasts it). Every run
 goes through `tuitrain.host.run.RunHost`; the ranks follow rank 0 from run to run
 (`tuitrain.host.run.serve_rank`).

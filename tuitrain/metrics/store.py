@@ -6,10 +6,10 @@ per second and gets an immutable :class:`Snapshot`.
 
 Every numeric field of a ``train`` record (other than ``step``) becomes a series
 keyed by the field name, with x = ``step``; ``eval`` records feed their ``val_*`` fields
-(``val_loss``, ``val_acc``, a task's own ``val_<name>``). Each series keeps a ring of the
-most recent points plus a decimated
-history (every k-th point; when the history fills up, every other point is dropped
-and k doubles), so memory stays bounded whatever the run length.
+(``val_loss``, and each of the task's own ``val_<name>``, whatever its header declares).
+Each series keeps a ring of the most recent points plus a decimated history (every k-th
+point; when the history fills up, every other point is dropped and k doubles), so memory
+stays bounded whatever the run length.
 """
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ class MetricStore:
             elif kind == "eval":
                 self._last_eval = rec
                 self._evals.append(rec)
-                # every validation metric (val_loss, val_acc, a task's val_<name>)
+                # every validation metric (val_loss, the task's val_<name>)
                 points = ((n, v) for n, v in rec.items() if n.startswith("val_"))
                 self._add_points(rec, points, skip_step=False)
             elif kind == "event":

@@ -14,7 +14,7 @@ they started, in D/MANIFEST_NAME: one JSON object a line, `{"run": N, "dir": NAM
 PID}`, NAME a folder beside D (D's own name for run 1). The parent empties the file when it
 starts the script; a client appends its line under an flock on the file, after making its
 folder and before writing a record, so the parent, which reads the whole lines, knows a run
-dir before any metrics.jsonl in it is open. A client that cannot use the manifest (a
+dir before any metrics file in it is open. A client that cannot use the manifest (a
 read-only D, something other than a file there) falls back to this process's count: its
 first run writes D, later ones a fresh sibling.
 """

@@ -42,7 +42,7 @@ from tuitrain.host.stdio import native_stderr_to, say
 from tuitrain.metrics.format import format_duration
 from tuitrain.metrics.store import MetricStore
 from tuitrain.rundir.layout import OUTPUT_LOG, TRAIN_LOG, RunDir
-from tuitrain.rundir.state import quiet_seconds
+from tuitrain.rundir.state import quiet_seconds, writer_exited
 from tuitrain.ui.panels import is_script_run, panel_ids
 from tuitrain.ui.screens.help import HelpScreen
 from tuitrain.ui.screens.metrics import MetricsScreen
@@ -59,11 +59,10 @@ from tuitrain.ui.view import (
     ThreadCpuShare,
     failure,
     latest_alert,
+    paused_by_records,
     progress_after_latest,
-    silence,
-    writer_dead,
 )
-from tuitrain.ui.viewing import ViewingApp, paused_by_records
+from tuitrain.ui.viewing import ViewingApp
 from tuitrain.ui.widgets.banner import Banner, alert_text, failure_text
 from tuitrain.ui.widgets.datawait import DataWaitPanel
 from tuitrain.ui.widgets.events import EventLog
@@ -163,7 +162,7 @@ class TuitrainApp(ViewingApp):
         self._paused_shown = False  # which of space's two footer labels shows
         self.footer = Footer()
         self.ui_cpu = ThreadCpuShare()  # the UI thread's own CPU share, shown on live runs
-        self._dead = False  # watch mode: the run's writer is gone without an end record
+        self._dead = False  # watch mode: the run's writer exited (rundir.state.writer_exited)
         self._dead_checked = -math.inf
 
     # -- layout ----------------------------------------------------------------------------
@@ -275,15 +274,12 @@ class TuitrainApp(ViewingApp):
             now = time.monotonic()
             if path is not None and now - self._dead_checked >= 1.0:  # a probe a second
                 self._dead_checked = now
-                self._dead = writer_dead(snap, path, quiet)
-            dead = self._dead and snap.end is None
-            state = "paused" if paused_by_records(snap) else None  # display_state's otherwise
+                self._dead = writer_exited(path.parent, quiet)
             live_step, live_step_s = progress_after_latest(snap)
-            return Frame(
+            return Frame(  # its state: the one state rule's (rundir.state), as `runs` says
                 snap,
-                state,
-                silent_s=None if dead else silence(snap, quiet),
-                dead=dead,
+                quiet_s=quiet,
+                exited=self._dead,
                 live_step=live_step,
                 live_step_s=live_step_s,
             )

@@ -23,6 +23,7 @@ from tuitrain.metrics.store import MetricStore, Snapshot
 from tuitrain.rundir.control import ChannelError, send_request, steerable
 from tuitrain.ui.screens.quit import QuitScreen
 from tuitrain.ui.session import NEEDS_ENGINE, SessionApp
+from tuitrain.ui.view import paused_by_records
 
 STEER_CHECK_S = 1.0  # how often a viewer looks whether its run can be steered
 # actions that need the hosted engine in this process (never a viewer's)
@@ -90,18 +91,6 @@ class Steering:
         request_id = send_request(self.run_dir, command, **fields)
         self.sent[request_id] = command
         return request_id
-
-
-def paused_by_records(snap: Snapshot) -> bool:
-    """The run is paused as far as its records tell: its newest pause/resume event is a
-    pause, and no end record came."""
-    if snap.end is not None:
-        return False
-    for event in reversed(snap.events):
-        kind = event.get("kind")
-        if kind in ("pause", "resume"):
-            return kind == "pause"
-    return False
 
 
 class ViewingApp(SessionApp):

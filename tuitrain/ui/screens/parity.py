@@ -34,6 +34,7 @@ from tuitrain.metrics.parity_report import (
     ParityStores,
     format_p,
 )
+from tuitrain.metrics.records import CLASSIFY_PRIMARY
 from tuitrain.metrics.store import Snapshot
 from tuitrain.rundir.layout import PARITY_JSON, RunDir
 from tuitrain.ui.widgets.chart import Line, MetricChart
@@ -348,7 +349,7 @@ def early_losses(snap: Snapshot) -> Mapping[str, list[float]]:
 
 
 def _acc(evals: list[Mapping[str, Any]], i: int) -> float | None:
-    value = evals[i].get("val_acc") if i < len(evals) else None
+    value = evals[i].get(CLASSIFY_PRIMARY) if i < len(evals) else None
     return float(value) if value is not None else None
 
 

@@ -68,7 +68,7 @@ def ordered_records(snap: Snapshot) -> list[Record]:
 def eval_line(rec: Record, header: Record | None = None) -> str:
     """Where the evaluation happened (``epoch 2 done``, ``eval at step 50``), the validation
     loss with its declared unit, then each validation metric the record holds, formatted as
-    the header declares it (a classifier's val_acc as a percentage)."""
+    the header declares it (a classifier's accuracy as a percentage)."""
     declared = declared_metrics(header)
     parts: list[str] = []
     for name, value in eval_metric_items(rec):  # the task's validation metrics
