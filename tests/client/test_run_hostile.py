@@ -28,7 +28,7 @@ from tuitrain.client.parent import (
 )
 from tuitrain.commands import run as run_cmd
 from tuitrain.metrics.records import MAX_HEADER_BYTES
-from tuitrain.rundir.read import LineTail
+from tuitrain.rundir.read import LineTail, OutputTail
 from tuitrain.ui.script_app import LineQueue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -321,6 +321,7 @@ def test_readers_never_wait_on_a_fifo_or_follow_a_link(tmp_path: Path) -> None:
     for path in (fifo, link):
         assert LineTail(path).read() == []
         assert last_records(path) == (None, None)
+        assert OutputTail(path).read() == []  # watch's Output pane over a run's output log
 
 
 class _Exited:

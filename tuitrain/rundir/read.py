@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 
 from tuitrain.core.errors import UserError
 from tuitrain.core.safefile import open_regular, regular_or_missing
+from tuitrain.core.text import strip_controls
 from tuitrain.metrics.records import (
     MAX_HEADER_BYTES,
     MAX_RECORD_BYTES,
@@ -176,7 +177,8 @@ def read_records(path: str | Path, clean: bool = True) -> Iterator[dict[str, Any
                 yield rec
 
 
-OUTPUT_TAIL_BYTES = 64 * 1024  # output_tail reads at most this much of the output log
+OUTPUT_TAIL_BYTES = 64 * 1024  # output_tail (OutputTail at first) reads this much of the log
+OUTPUT_READ_BYTES = 256 * 1024  # OutputTail: at most this much a call (later calls read on)
 
 
 class LineTail:
@@ -364,3 +366,39 @@ def output_tail(run_dir: Path, max_bytes: int = OUTPUT_TAIL_BYTES) -> list[str]:
         os.close(fd)
     lines = data.decode("utf-8", "replace").splitlines()
     return lines[1:] if start > 0 and lines else lines
+
+
+class OutputTail:
+    """The lines appended to a run's output log since the last `read()`: the last
+    OUTPUT_TAIL_BYTES at first (the line that read cuts left out), at most OUTPUT_READ_BYTES
+    a call, a partial last line kept until its newline comes, a file that shrank read again
+    from its tail; decoded leniently, control characters stripped. Never waits on a FIFO
+    there, never follows a link."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset: int | None = None
+        self.partial = b""
+
+    def read(self) -> list[str]:
+        fd = _open_fd(self.path)
+        if fd is None:
+            return []
+        try:
+            size = os.fstat(fd).st_size
+            first = self.offset is None or size < self.offset  # first look, or truncated
+            if first:
+                self.offset, self.partial = max(0, size - OUTPUT_TAIL_BYTES), b""
+            assert self.offset is not None
+            data = os.pread(fd, OUTPUT_READ_BYTES, self.offset)
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
+        cut = first and self.offset > 0  # the tail starts mid-line
+        self.offset += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        if cut and lines:
+            lines = lines[1:]
+        return [strip_controls(line.decode("utf-8", "replace")) for line in lines]

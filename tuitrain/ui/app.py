@@ -42,6 +42,7 @@ from tuitrain.host.stdio import native_stderr_to, say
 from tuitrain.metrics.format import format_duration
 from tuitrain.metrics.store import MetricStore
 from tuitrain.rundir.layout import OUTPUT_LOG, TRAIN_LOG, RunDir
+from tuitrain.rundir.read import OutputTail
 from tuitrain.rundir.state import quiet_seconds, writer_exited
 from tuitrain.ui.panels import is_script_run, panel_ids
 from tuitrain.ui.screens.help import HelpScreen
@@ -69,7 +70,7 @@ from tuitrain.ui.widgets.events import EventLog
 from tuitrain.ui.widgets.loss import LossPanel
 from tuitrain.ui.widgets.memory import MemoryPanel
 from tuitrain.ui.widgets.metrics_panel import MetricsPanel
-from tuitrain.ui.widgets.output import OutputLog, OutputTail
+from tuitrain.ui.widgets.output import OutputLog
 from tuitrain.ui.widgets.overview import OverviewPanel
 from tuitrain.ui.widgets.panel import Panel, compact_layout, esc
 from tuitrain.ui.widgets.scaler import ScalerPanel
