@@ -18,7 +18,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tuitrain.cli import main
-from tuitrain.commands.watch import PROBE_BYTES
 from tuitrain.core.config import (
     INT_MAX,
     SECTIONS,
@@ -28,6 +27,7 @@ from tuitrain.core.config import (
     config_from_dict,
     load_preset,
 )
+from tuitrain.rundir.read import PROBE_BYTES
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,7 +14,7 @@ call, counted, one warning event per kind.
 
 trackio's names are mapped the way `tuitrain.lightning` maps Lightning's, each original kept
 beside its mapping: `train_loss` is the loss and `val_loss`, `val_*` evaluation (the client's
-rules); `val_accuracy` -> `val_acc` (tuitrain's accuracy), `valid_*`/`validation_*` ->
+rules); `val_accuracy` -> `val/acc` (tuitrain's accuracy), `valid_*`/`validation_*` ->
 `val/*`, `train_lr`/`train_learning_rate` -> lr, `train_grad_norm` -> grad_norm,
 `train_epoch` -> epoch. A row carrying HF's `train/global_step` (and no `step`) is written at
 that step.

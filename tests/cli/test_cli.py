@@ -111,6 +111,48 @@ def test_default_run_dir_is_under_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_runs_started_in_the_same_second_each_report_the_run_dir_they_wrote(
+    tmp_path: Path,
+) -> None:
+    """Two `--no-ui` runs started at once in one runs folder, where another run already
+    holds the folder every stamp of the next minute names: each makes a folder of its own
+    (runs/<preset>-<stamp>-2, -3 ...), writes there alone and reports that folder."""
+    from datetime import datetime, timedelta
+
+    from tuitrain.metrics.records import header_record
+
+    now = datetime.now()
+    theirs = {}
+    for second in range(-2, 90):
+        stamp = (now + timedelta(seconds=second)).strftime("%Y%m%d-%H%M%S")
+        folder = tmp_path / "runs" / f"fashion-mini-{stamp}"
+        folder.mkdir(parents=True)
+        text = json.dumps(header_record(preset="fashion-mini", run_dir=str(folder))) + "\n"
+        (folder / "metrics.jsonl").write_text(text)
+        theirs[folder] = text
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TUITRAIN_NO_DOWNLOAD": "1"}
+    command = [sys.executable, "-m", "tuitrain", "--no-ui", "--max-steps", "2", *TINY]
+    procs = [
+        subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        for _ in range(2)
+    ]  # fmt: skip
+    reported = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err
+        (line,) = [x for x in out.splitlines() if ", run dir " in x]
+        reported.append(tmp_path / line.split(", run dir ")[1])
+    assert len(set(reported)) == 2 and not set(reported) & set(theirs), reported
+    for run_dir in reported:
+        records = read_records(run_dir)
+        assert [r["type"] for r in records].count("header") == 1
+        assert Path(records[0]["run_dir"]) == run_dir.relative_to(tmp_path)
+    assert all(folder.joinpath("metrics.jsonl").read_text() == text
+               for folder, text in theirs.items())  # fmt: skip
+
+
+@pytest.mark.slow
 def test_no_tty_falls_back_to_headless(tmp_path: Path) -> None:
     proc = tuitrain("--max-steps", "2", "--run-dir", str(tmp_path), *TINY)
     assert proc.returncode == 0

@@ -23,12 +23,12 @@ from tuitrain.client.parent import (
     LINE_CAP,
     AlertActions,
     LineCutter,
-    Tail,
     ensure_end,
     last_records,
 )
 from tuitrain.commands import run as run_cmd
 from tuitrain.metrics.records import MAX_HEADER_BYTES
+from tuitrain.rundir.read import LineTail, OutputTail
 from tuitrain.ui.script_app import LineQueue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -319,8 +319,9 @@ def test_readers_never_wait_on_a_fifo_or_follow_a_link(tmp_path: Path) -> None:
     (tmp_path / "real.jsonl").write_text(json.dumps({"type": "header"}) + "\n")
     link.symlink_to(tmp_path / "real.jsonl")
     for path in (fifo, link):
-        assert Tail(path).read() == []
+        assert LineTail(path).read() == []
         assert last_records(path) == (None, None)
+        assert OutputTail(path).read() == []  # watch's Output pane over a run's output log
 
 
 class _Exited:

@@ -127,8 +127,8 @@ def test_bf16_passes_against_fp32_on_the_mini_subset(tmp_path: Path) -> None:
     assert result.test_set_size == 1000 and result.one_image_points == pytest.approx(0.1)
     assert abs(result.gap_points) <= 0.3  # 3 images disagree at this seed
     [row] = result.per_epoch
-    assert row.epoch == 1 and 0.6 < row.fp32_val_acc < 0.8 and 0.6 < row.mixed_val_acc < 0.8
-    assert row.gap_points == pytest.approx(100 * (row.fp32_val_acc - row.mixed_val_acc))
+    assert row.epoch == 1 and 0.6 < row.fp32_acc < 0.8 and 0.6 < row.mixed_acc < 0.8
+    assert row.gap_points == pytest.approx(100 * (row.fp32_acc - row.mixed_acc))
     assert result.speedup and result.speedup > 0
     assert result.early_max_rel_loss_diff < EARLY_WARN_REL_DIFF
     early = result.early_losses
@@ -148,8 +148,8 @@ def test_bf16_passes_against_fp32_on_the_mini_subset(tmp_path: Path) -> None:
     assert discordant == {k: paired[k] for k in ("fp32_only", "mixed_only")}
     assert 0 < discordant["fp32_only"] + discordant["mixed_only"] <= 20  # a few images
     # the pairs agree with the accuracies: fp32 right = both + fp32_only, out of 1,000
-    assert paired["both"] + paired["fp32_only"] == round(1000 * row.fp32_val_acc)
-    assert paired["both"] + paired["mixed_only"] == round(1000 * row.mixed_val_acc)
+    assert paired["both"] + paired["fp32_only"] == round(1000 * row.fp32_acc)
+    assert paired["both"] + paired["mixed_only"] == round(1000 * row.mixed_acc)
     assert 0 < saved["p_value"] <= 1
     low, high = saved["gap_ci95_points"]
     assert low <= saved["gap_points"] <= high and low < high
@@ -165,7 +165,7 @@ def check_stores(stores: ParityStores, result: ParityResult) -> None:
     assert fp32.header["total_steps"] == mixed.header["total_steps"] == 23
     assert fp32.get("loss").xs == mixed.get("loss").xs  # same log points: overlay them
     assert list(fp32.get("loss").ys) == [loss for _, loss in result.train_loss["fp32"]]
-    assert [e["val_acc"] for e in mixed.evals] == [result.per_epoch[0].mixed_val_acc]
+    assert [e["val_acc"] for e in mixed.evals] == [result.per_epoch[0].mixed_acc]
     assert fp32.end["status"] == "completed" and fp32.end["run"] == "fp32"
     for snap in (fp32, mixed):
         assert all(not e.get("early") for e in snap.events)  # early-check records stay out
@@ -186,7 +186,7 @@ def test_a_fragile_layer_really_fails_under_fp16(tmp_path: Path) -> None:
     assert result.status == "completed" and result.message == ""  # both runs trained
     assert result.verdict == "FAIL" and result.exit_code == EXIT_PARITY_FAIL
     assert result.test_set_size == 500 and result.one_image_points == pytest.approx(0.2)
-    fp32_acc, fp16_acc = result.per_epoch[0].fp32_val_acc, result.per_epoch[0].mixed_val_acc
+    fp32_acc, fp16_acc = result.per_epoch[0].fp32_acc, result.per_epoch[0].mixed_acc
     assert fp32_acc > 0.3 and fp16_acc < 0.15 and result.gap_points > 20
     # fp16 learned nothing: every weight of the pooling underflowed, the loss stays at ln(10)
     fp16_losses = [loss for _, loss in result.train_loss["mixed"]]

@@ -21,7 +21,7 @@ def test_control_on_classification(tiny_config) -> None:
                     with_control=True)  # fmt: skip
     c = result.control
     assert c is not None and c["seed"] == 1 and c["metric"] == "val_acc"
-    assert c["gap"] == pytest.approx(100 * (result.final("fp32_val_acc") - c["value"]))
+    assert c["gap"] == pytest.approx(100 * (result.final("fp32_acc") - c["value"]))
     low, high = c["gap_ci95"]
     assert low <= c["gap"] <= high  # paired over the same 256 images, in points
     larger = abs(result.gap_points) > abs(c["gap"])

@@ -261,10 +261,10 @@ def test_the_verdict_becomes_an_event_of_the_run_it_was_started_from(tmp_path) -
     sink.write(end_record("stopped", "quit", 40))
     sink.close()
     r = ParityResult(preset="p", mixed="bf16", device="cpu", epochs=1, seed=0)
-    r.per_epoch = [EpochRow(1, fp32_val_acc=0.85, mixed_val_acc=0.837)]
+    r.per_epoch = [EpochRow(1, fp32_acc=0.85, mixed_acc=0.837)]
     r.test_set_size = 1000
     store = MetricStore()
-    event = record_verdict(run, r, run / "parity", store)
+    event = record_verdict(run / "metrics.jsonl", r, run / "parity", store)
     assert event is not None and event["verdict"] == "FAIL" and event["level"] == "warning"
     last = list(read_records(run / "metrics.jsonl"))[-1]
     assert last["kind"] == "parity" and last["phase"] == "verdict"
@@ -272,6 +272,6 @@ def test_the_verdict_becomes_an_event_of_the_run_it_was_started_from(tmp_path) -
     assert "time" in last and "parity FAIL" in last["message"]
     assert store.snapshot().events[-1]["verdict"] == "FAIL"
     r.status = "cancelled"
-    assert record_verdict(run, r) is None  # nothing to say: nothing written
+    assert record_verdict(run / "metrics.jsonl", r) is None  # nothing to say: nothing written
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
     json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])

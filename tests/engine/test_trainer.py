@@ -164,7 +164,8 @@ def test_training_learns(tiny_config) -> None:
     result = run(tiny_config("train.epochs=3", "data.train_samples=1024"), sink)
     losses = [r["loss"] for r in sink.of("train")]
     assert losses[-1] < losses[0] * 0.7
-    assert result.val_acc is not None and result.val_acc > 0.6
+    acc = result.val_metrics.get("val_acc")
+    assert acc is not None and acc > 0.6
     assert len(sink.of("eval")) == 3  # one per epoch
 
 

@@ -104,32 +104,6 @@ def test_no_run_is_one_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and "no run was written" in lines[0]
 
 
-def test_the_dashboard_ends_with_the_run_it_wrote_last(tmp_path: Path, monkeypatch) -> None:
-    """`tuitrain`'s dashboard may switch presets (another run dir): the ending is about the
-    run dir written last since it started, --run-dir's or one under runs/."""
-    import os
-    import time
-
-    from tuitrain.commands.train import last_run_dir
-    from tuitrain.core.config import load_preset
-
-    monkeypatch.chdir(tmp_path)
-    old = write_run(tmp_path / "runs" / "old", "completed", "done")
-    started = time.time()
-    os.utime(old / "metrics.jsonl", (started - 3600, started - 3600))  # before this session
-    cfg = load_preset("fashion-mini")
-    assert last_run_dir(cfg, started) is None  # nothing written since
-    first = write_run(tmp_path / "runs" / "first", "stopped", "switched preset")
-    second = write_run(tmp_path / "runs" / "second", "completed", "done")
-    os.utime(first / "metrics.jsonl", (started + 1, started + 1))
-    os.utime(second / "metrics.jsonl", (started + 2, started + 2))
-    assert last_run_dir(cfg, started) == Path("runs") / "second"
-    mine = load_preset("fashion-mini", [f"run.run_dir={tmp_path / 'mine'}"])
-    write_run(tmp_path / "mine", "completed", "done")
-    os.utime(tmp_path / "mine" / "metrics.jsonl", (started + 3, started + 3))
-    assert last_run_dir(mine, started) == tmp_path / "mine"  # written after the others
-
-
 def test_a_comparison_ends_with_each_run_and_the_gate_between_them(tmp_path: Path) -> None:
     from tuitrain.rundir.ending import compare_lines
 

@@ -193,6 +193,9 @@ def test_export_carries_the_tasks_metrics(tmp_path: Path) -> None:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     tags = {tag for r in records for tag, _, _ in scalars(r)}
     assert {"train/mae", "val/mae", "val/loss", "train/loss"} <= tags
+    end = records[-1]  # the task's primary first, no field of another task's (no accuracy)
+    assert [k for k in end if k.startswith("val_")] == ["val_mae", "val_loss"]
+    assert end["val_mae"] == float(evals[-1]["val_mae"])
 
 
 def test_parity_judges_the_tasks_primary_metric_with_a_paired_interval() -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -88,6 +90,57 @@ def test_run_app_leaves_no_engine_thread(
 
     monkeypatch.setattr(app_module.TuitrainApp, "run", headless_run)
     overrides = ui_overrides(epochs=40)
-    code = app_module.run_app(load_preset("fashion-mini", overrides), overrides)
-    assert code == EXIT_STOPPED  # stopped from the UI
+    ended = app_module.run_app(load_preset("fashion-mini", overrides), overrides)
+    assert ended.code == EXIT_STOPPED  # stopped from the UI
     assert not engine_threads()
+
+
+def another_run(run_dir: Path) -> str:
+    """A finished run of another `tuitrain` in `run_dir` (its whole metrics file)."""
+    from tuitrain.metrics.records import end_record, header_record
+
+    run_dir.mkdir(parents=True)
+    header = header_record(preset="fashion-mini", run_dir=str(run_dir))
+    text = "".join(json.dumps(r) + "\n" for r in (header, end_record("completed", "done", 4)))
+    (run_dir / "metrics.jsonl").write_text(text)
+    return text
+
+
+def test_the_dashboard_ends_with_the_run_dir_its_host_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two runs started in the same second in the same runs folder: the dashboard's run gets
+    a folder of its own (never the other's), and its ending names that folder, however new
+    the other run's files are (nothing guesses by the newest file)."""
+    from tests.ui.conftest import TINY_UI
+    from tuitrain.commands import train
+    from tuitrain.rundir import layout
+
+    monkeypatch.chdir(tmp_path)
+    same_second = Path("runs") / "fashion-mini-20260101-120000"
+    monkeypatch.setattr(layout, "default_run_dir", lambda cfg: same_second)
+    theirs = another_run(same_second)
+    real_run = app_module.TuitrainApp.run
+
+    async def quit_while_the_other_writes(pilot) -> None:  # noqa: ANN001 - textual's Pilot
+        app = pilot.app
+        await wait_for(pilot, lambda: (app.store.snapshot().latest or {}).get("step", 0) >= 2)
+        later = time.time() + 60  # the other run wrote after this one: newer by far
+        os.utime(same_second / "metrics.jsonl", (later, later))
+        await pilot.press("q", "q")
+
+    def headless_run(self: app_module.TuitrainApp) -> int | None:
+        return real_run(self, headless=True, size=(120, 36), auto_pilot=quit_while_the_other_writes)
+
+    monkeypatch.setattr(app_module.TuitrainApp, "run", headless_run)
+    overrides = [*TINY_UI, "train.epochs=40"]
+    code = train.run_ui(load_preset("fashion-mini", overrides), overrides)
+    assert code == EXIT_STOPPED
+    assert (same_second / "metrics.jsonl").read_text() == theirs  # not a line of ours
+    mine = same_second.with_name(same_second.name + "-2")
+    header = read(mine / "metrics.jsonl")[0]
+    assert Path(header["run_dir"]) == mine
+    out, err = capsys.readouterr()
+    assert f"tuitrain: run dir {mine}" in err
+    (files,) = [line for line in out.splitlines() if line.strip().startswith("files:")]
+    assert files.split()[1] == str(mine), out

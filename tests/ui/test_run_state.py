@@ -138,3 +138,61 @@ def test_a_lock_written_on_another_host_is_not_judged_here(tmp_path: Path) -> No
     assert not writer_gone(tmp_path)
     (tmp_path / LOCK_NAME).write_text(f"4242 {socket.gethostname()}")
     assert writer_gone(tmp_path)
+
+
+def run_dir_in(tmp_path: Path, name: str, recs: list[dict], quiet_s: float) -> Path:
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    write(run_dir / "metrics.jsonl", recs)
+    then = time.time() - quiet_s
+    os.utime(run_dir / "metrics.jsonl", (then, then))
+    return run_dir
+
+
+def states(run_dir: Path) -> tuple[str, str, str]:
+    """(the dashboard's in watch mode, `watch --compare`'s, `tuitrain runs`'s) state."""
+    from tuitrain.rundir.summary import summarize_run
+
+    path = run_dir / "metrics.jsonl"
+    store = MetricStore()
+    JsonlFollower(path, store).poll()
+    app = TuitrainApp(store=store)
+    app.watched_path = path
+    summary = summarize_run(run_dir)
+    assert summary is not None
+    return app.frame().state, summarize(store.snapshot(), path).state, summary.status
+
+
+def test_watch_compare_and_the_runs_table_agree_on_a_runs_state(tmp_path: Path) -> None:
+    """One state rule (rundir.state.run_status): the same files read crashed, silent,
+    running or completed in the dashboard's status bar, in compare's table and in `tuitrain
+    runs`; paused is the viewers' own, over a running run (its newest pause or resume
+    event says so, whatever events came after it)."""
+    from tuitrain.rundir.lock import RunDirLock
+
+    recs = [r for r in records("bf16", "cpu", steps=40) if r["type"] != "end"]
+    day = 24 * 3600.0
+    running = run_dir_in(tmp_path, "running", recs, 0)
+    held = RunDirLock(running)  # a live writer holds its lock (another open file: a flock)
+    pause = {"type": "event", "kind": "pause"}  # then a checkpoint saved while paused
+    saved = {"type": "event", "kind": "checkpoint", "message": "saved"}
+    paused = run_dir_in(tmp_path, "paused", [*recs, pause, saved], 5)
+    held_too = RunDirLock(paused)
+    try:
+        crashed = run_dir_in(tmp_path, "crashed", recs, 5)
+        (crashed / LOCK_NAME).write_text(f"4242 {socket.gethostname()}")  # nobody holds it
+        silent = run_dir_in(tmp_path, "silent", recs, day)  # no lock file: nothing to tell
+        dead_long_ago = run_dir_in(tmp_path, "dead", recs, day)
+        (dead_long_ago / LOCK_NAME).write_text(f"4242 {socket.gethostname()}")
+        end = {"type": "end", "status": "completed", "reason": "done", "step": 40}
+        completed = run_dir_in(tmp_path, "completed", [*recs, end], day)
+        (completed / LOCK_NAME).write_text(f"4242 {socket.gethostname()}")
+        assert states(running) == ("running", "running", "running")
+        assert states(crashed) == ("crashed", "crashed", "crashed")
+        assert states(silent) == ("silent", "silent", "silent")
+        assert states(dead_long_ago) == ("crashed", "crashed", "crashed")
+        assert states(completed) == ("completed", "completed", "completed")
+        assert states(paused) == ("paused", "paused", "running")
+    finally:
+        held.release()
+        held_too.release()

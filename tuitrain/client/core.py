@@ -90,6 +90,7 @@ from tuitrain.metrics.records import (
     valid_step,
 )
 from tuitrain.rundir import manifest
+from tuitrain.rundir.layout import RunDir
 
 __all__ = ["Run", "finish", "init", "log", "current"]
 
@@ -354,7 +355,7 @@ class Run:
         self._lock_file = RunDirLock(self.dir)  # one writer, as for a hosted run
         remove_stale(self.dir)  # a killed hosted run's control dir: a script reads none
         try:
-            self.sink = JsonlSink(self.dir / "metrics.jsonl")
+            self.sink = JsonlSink(RunDir(self.dir).metrics)
         except BaseException:
             self._lock_file.release()
             raise
@@ -796,7 +797,7 @@ class Run:
     def _gather_ranks(self, pointer: Path) -> None:
         """Rank 0 of a torchrun job: name this run's dir for the other ranks (`pointer`) and
         read their figures at each flush."""
-        folder = self.dir / ranks.RANKS_DIR
+        folder = RunDir(self.dir).ranks
         try:
             folder.mkdir(exist_ok=True)
         except OSError:
@@ -1193,7 +1194,8 @@ def _is_tensor(value: Any) -> bool:
 
 
 def eval_name(key: str) -> str | None:
-    """`val/acc`, `eval/acc`, `eval_acc`, `val_acc` -> `val_acc`; None for other keys."""
+    """`val/NAME`, `eval/NAME`, `eval_NAME`, `val_NAME` -> `val_NAME` (slashes in NAME as
+    underscores); None for other keys."""
     for prefix in EVAL_PREFIXES:
         if key.startswith(prefix) and len(key) > len(prefix):
             return "val_" + key[len(prefix) :].replace("/", "_")

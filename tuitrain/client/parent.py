@@ -1,5 +1,5 @@
 """The parent side of `tuitrain run -- CMD`: the script as a child process in its own process
-group (its output read in bounded chunks, cut into lines, kept whole in output.log), the run
+group (its output read in bounded chunks, cut into lines, kept whole in its output log), the run
 dir it owns (its lock, the files it refuses), the alert actions and hooks, what it left running,
 and the end record that says how it ended. `tuitrain/commands/run.py` is the command around it;
 `tuitrain/ui/script_app.py` draws it."""
@@ -27,15 +27,15 @@ import tuitrain
 from tuitrain.core.errors import UserError
 from tuitrain.core.safefile import LinkRefused, not_regular, open_nofollow
 from tuitrain.metrics.records import end_record, event_record
+from tuitrain.rundir.layout import METRICS_NAME, RunDir
 from tuitrain.rundir.manifest import read_manifest, start_manifest
-from tuitrain.rundir.read import LineTail, last_records
+from tuitrain.rundir.read import last_records
 
 GRACE_S = 10.0
 HOOK_TIMEOUT_S = 60.0  # an --on-alert hook (and what it started) is killed after this
 CHUNK = 64 * 1024  # the script's output is read this much at a time
-LINE_CAP = 4096  # bytes of one output line shown (Output pane, --no-ui); output.log keeps all
-RUN_LOCK_NAME = ".tuitrain-run.lock"  # held by `tuitrain run` for its whole life
-LOOK_EVERY_S = 1.0  # how often to look for a metrics.jsonl the script writes elsewhere
+LINE_CAP = 4096  # bytes of one output line shown (Output pane, --no-ui); the output log keeps all
+LOOK_EVERY_S = 1.0  # how often to look for a metrics file the script writes elsewhere
 SHOWN_LEFTOVERS = 5  # commands named in the leftover-processes event
 BACKLOG = 2000  # output lines kept for a listener that comes after the script started
 # a `tuitrain run` started in the background (`&`, nohup) inherits SIGINT/SIGQUIT (SIGHUP)
@@ -224,8 +224,8 @@ def default_signals() -> None:
 
 class Script:
     """The child process, its output pump and the run dir's end record. Creating it claims
-    the run dir (RUN_LOCK_NAME, held until `finish`), refuses special files where output.log
-    and metrics.jsonl go, empties the run manifest, then starts the command.
+    the run dir (RUN_LOCK_NAME, held until `finish`), refuses special files where the output log
+    and the metrics file go, empties the run manifest, then starts the command.
 
     The script may write several runs (a k-fold loop, a second `trainer.train()`): the first
     in the run dir, each later one in a folder beside it that the client lists in the run
@@ -238,12 +238,12 @@ class Script:
         alerts: dict[str, str] | None = None,
     ) -> None:  # fmt: skip
         self.command, self.run_dir, self.grace_s = command, run_dir, grace_s
-        self.metrics = run_dir / "metrics.jsonl"
+        self.metrics = RunDir(run_dir).metrics
         self.started = time.monotonic()
         self.stop_asked: float | None = None
         self.signal_name: str | None = None
         self.notes: list[str] = []  # said once the run is over (main prints them)
-        self.elsewhere: str | None = None  # a metrics.jsonl the script writes instead of ours
+        self.elsewhere: str | None = None  # a metrics file the script writes instead of ours
         self.leftovers: list[str] = []
         self._runs = [run_dir]  # the script's runs, in the order they started
         self._run_locks: list[IO[str]] = []  # the later runs' RUN_LOCK_NAME, held
@@ -263,7 +263,7 @@ class Script:
             refuse_if_held(run_dir)  # a hosted run or a script of its own writing there now
             refuse_special(self.metrics)
             start_manifest(run_dir)  # the runs of this script: none yet
-            self.output = open_nofollow(run_dir / "output.log", "ab", buffering=0)
+            self.output = open_nofollow(RunDir(run_dir).output_log, "ab", buffering=0)
         except BaseException:
             self._run_lock.close()
             raise
@@ -353,16 +353,16 @@ class Script:
 
     def look_elsewhere(self) -> str | None:
         """Called now and then while the script runs: the first time its process tree is seen
-        holding a metrics.jsonl other than this run's (it passed a run_dir of its own), that
+        holding a metrics file other than this run's (it passed a run_dir of its own), that
         path; None otherwise."""
         if self.elsewhere is not None or time.monotonic() - self._looked < LOOK_EVERY_S:
             return None
         self._looked = time.monotonic()
         from tuitrain.client.proctree import files_open_named, tree_pids
 
-        held = files_open_named(tree_pids(self.proc.pid), "metrics.jsonl")
+        held = files_open_named(tree_pids(self.proc.pid), METRICS_NAME)
         # a client lists a later run's folder before it opens its file: read after looking
-        ours = {os.path.realpath(path / "metrics.jsonl") for path in self.runs()}
+        ours = {os.path.realpath(RunDir(path).metrics) for path in self.runs()}
         others = sorted(p for p in held if os.path.realpath(p) not in ours)
         if not others:
             return None
@@ -392,7 +392,7 @@ class Script:
         """Each run dir with how its run ended ("running" without an end record yet)."""
         out = []
         for path in self.runs():
-            last, _ = last_records(path / "metrics.jsonl")
+            last, _ = last_records(RunDir(path).metrics)
             status = "running"
             if last is not None and last.get("type") == "end":
                 status = f"{last.get('status')}: {str(last.get('reason') or '')[:200]}"
@@ -435,7 +435,7 @@ class Script:
         its writer)."""
         from tuitrain.rundir.lock import RunDirLock
 
-        metrics = run_dir / "metrics.jsonl"
+        metrics = RunDir(run_dir).metrics
         try:
             lock = RunDirLock(run_dir)
         except (UserError, OSError) as exc:
@@ -454,11 +454,11 @@ class Script:
 
 
 def claim_run_dir(run_dir: Path) -> IO[str]:
-    """RUN_DIR/.tuitrain-run.lock, locked for this `tuitrain run`'s life (the file held open);
+    """The run dir's RUN_LOCK_NAME, locked for this `tuitrain run`'s life (the file held open);
     another `tuitrain run` holding it is one sentence (exit 2)."""
     import fcntl
 
-    f = open_nofollow(run_dir / RUN_LOCK_NAME, "a+", encoding="utf-8")
+    f = open_nofollow(RunDir(run_dir).run_lock, "a+", encoding="utf-8")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -582,8 +582,3 @@ def ensure_end(
         )  # fmt: skip
     finally:
         sink.close()
-
-
-class Tail(LineTail):
-    """New whole lines of a growing JSONL file, as records: runfile's reader (the same
-    cleaning and limits as every other command's)."""

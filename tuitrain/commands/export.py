@@ -1,12 +1,13 @@
 """`tuitrain export RUN_DIR --format csv|tensorboard --out PATH`: a run's records for the tools
-people already use (pandas and spreadsheets, TensorBoard). Reads metrics.jsonl only; the run
-is never touched. The CSV goes to standard output with `--out -` or without `--out` (a pipe
-into pandas, `column`, `head`); TensorBoard's event files need a folder. TensorBoard needs
-the `tensorboard` package (`pip install 'tuitrain[tensorboard]'`); without it, one sentence
-and exit 2.
+people already use (pandas and spreadsheets, TensorBoard). Reads the run's metrics file only
+(through `rundir.read`); the run is never touched. The CSV goes to standard output with
+`--out -` or without `--out` (a pipe into pandas, `column`, `head`); TensorBoard's event
+files need a folder. TensorBoard needs the `tensorboard` package (`pip install
+'tuitrain[tensorboard]'`); without it, one sentence and exit 2.
 
 `tuitrain.engine.tensorboard.TensorBoardSink` writes the same scalars during a run when the
-preset asks for it (`run.tensorboard = true`: event files in RUN_DIR/tensorboard).
+preset asks for it (`run.tensorboard = true`: event files in the run dir's tensorboard
+folder).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import contextlib
 import csv
 import math
 import os
-import re
 import signal
 import sys
 import threading
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tuitrain.core.errors import EXIT_USAGE, OneLineParser, UserError
-from tuitrain.core.safefile import open_nofollow, open_regular, regular_or_missing, replacing
+from tuitrain.core.safefile import open_nofollow, replacing
 from tuitrain.engine.tensorboard import scalars, summary_writer
 from tuitrain.metrics.records import (
     CLASSIFY_DECLARATION,
@@ -35,7 +35,8 @@ from tuitrain.metrics.records import (
     task_declaration,
     train_metric_items,
 )
-from tuitrain.rundir.read import RunTargetError, classify_line, run_target
+from tuitrain.rundir.layout import METRICS_NAME
+from tuitrain.rundir.read import Reading, existing_metrics
 
 # CSV columns: one row per train or eval record, validation columns filled on eval rows.
 # These are a classification run's (its declaration's validation metrics, records.
@@ -57,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Export a run's train and eval records: CSV (one row per record, for "
         "pandas and spreadsheets) or TensorBoard event files.",
     )
-    p.add_argument("run", metavar="RUN_DIR", help="a run dir, or its metrics.jsonl")
+    p.add_argument("run", metavar="RUN_DIR", help=f"a run dir, or its {METRICS_NAME}")
     p.add_argument("--format", choices=["csv", "tensorboard"], required=True)
     p.add_argument(
         "--out",
@@ -66,74 +67,6 @@ def build_parser() -> argparse.ArgumentParser:
         "event files",
     )
     return p
-
-
-CHECKPOINT = re.compile(r"^ckpt-step\d{8}\.(pt|dcp)$")  # a whole file or a sharded folder
-
-
-def metrics_file(target: str) -> Path:
-    """The metrics file of an existing run (runfile's rule), a regular file or missing. A
-    checkpoint (whole or sharded) is refused naming the run dir it lies in: its records
-    are what export writes."""
-    given = Path(target)
-    if CHECKPOINT.match(given.name):
-        run_dir = given.parent.parent if given.parent.name == "checkpoints" else None
-        raise ExportError(
-            f"{target} is a checkpoint, and export writes a run's metrics, not its weights; "
-            f"pass the run dir{f' ({run_dir})' if run_dir else ''} or its metrics.jsonl."
-        )
-    try:
-        path = run_target(target)
-    except RunTargetError as exc:
-        raise ExportError(str(exc)) from None
-    regular_or_missing(path, "pass a run dir or its metrics.jsonl")
-    return path
-
-
-class Reading:
-    """The complete records of a metrics file, one line at a time (memory stays flat
-    whatever the file's size), and notes on what was left out: a half-written last line,
-    lines that are not records."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.count = 0
-        self.bad: list[int] = []
-        self.off_range = 0  # train and eval records whose step is outside 0..STEP_MAX
-        self.torn = False
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        try:
-            f = open_regular(self.path, "rb", "pass a run dir or its metrics.jsonl")
-        except OSError as exc:
-            raise ExportError(f"{self.path} cannot be read ({exc.strerror or exc}).") from exc
-        with f:
-            for number, line in enumerate(f, start=1):
-                if not line.endswith(b"\n"):
-                    self.torn = bool(line.strip())  # the last line, cut or still being written
-                    break
-                record, why = classify_line(line[:-1])  # runfile's: every reader's rule
-                if why == "off-range":
-                    self.off_range += 1  # no x axis can hold it (negative, past int64)
-                elif why in ("bad", "too-long"):
-                    self.bad.append(number)  # not a record (or longer than any record)
-                elif record is not None:
-                    self.count += 1
-                    yield record
-        if not self.count:
-            raise ExportError(f"{self.path} holds no tuitrain record; is it a run's metrics.jsonl?")
-
-    @property
-    def notes(self) -> list[str]:
-        notes = []
-        if self.torn:
-            notes.append("the last line is half-written (a run still writing, or cut): left out")
-        if self.bad:
-            shown = ", ".join(map(str, self.bad[:5])) + (" …" if len(self.bad) > 5 else "")
-            notes.append(f"{len(self.bad)} line(s) that are not records left out (line {shown})")
-        if self.off_range:
-            notes.append(f"{self.off_range} record(s) with a step outside 0..2^63-1 left out")
-        return notes
 
 
 def refuse_run_files(out: Path, metrics: Path) -> None:
@@ -191,7 +124,7 @@ def csv_columns(header: Record | None, undeclared: Sequence[str] = ()) -> tuple[
     """The train record's fields, tokens/s where the task counts tokens, then the metrics
     the header's task declares and those the records hold (`undeclared`): train metrics,
     then the validation ones in declaration order. No column for a metric the run never
-    declares nor records (a language model has no val_acc); a classification run (an old
+    declares nor records (a language model has no accuracy); a classification run (an old
     header reads as one) gets CSV_COLUMNS exactly."""
     if header is None:
         return CSV_COLUMNS
@@ -304,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for signum in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, leave_on_signal)
     try:
-        metrics = metrics_file(args.run)
+        metrics = existing_metrics(args.run, "export")
         reading = Reading(metrics)
         if args.out == "-":
             if args.format != "csv":

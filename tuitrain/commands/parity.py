@@ -1,9 +1,10 @@
 """`tuitrain parity`: the fp32-vs-mixed precision parity check from the command line.
 
 Prints a readable table, or with `--json` one JSON object on stdout (nothing else goes to
-stdout). Progress lines go to stderr; every engine record of both runs goes to
-RUN_DIR/parity.log (lines) and RUN_DIR/metrics.jsonl (tagged with "run"), the result to
-RUN_DIR/parity.json. Imports torch lazily so `tuitrain parity --help` stays instant.
+stdout). Progress lines go to stderr; every engine record of both runs goes to the run
+dir's parity log (lines) and metrics file (tagged with "run"), the result to its parity
+file (rundir.layout names them). Imports torch lazily so `tuitrain parity --help` stays
+instant.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from typing import IO, TYPE_CHECKING, Any
 from tuitrain.core.config import DEFAULT_PRESET, Config, load_preset, overrides_from
 from tuitrain.core.errors import EXIT_FAILED, OneLineParser, UserError
 from tuitrain.metrics.format import format_record
+from tuitrain.metrics.records import CLASSIFY_PRIMARY
 from tuitrain.metrics.sinks import Sink, console_clock
+from tuitrain.rundir.layout import METRICS_NAME, PARITY_JSON, PARITY_LOG, RunDir
 
 if TYPE_CHECKING:
     from tuitrain.metrics.parity_report import ParityResult
@@ -144,7 +147,7 @@ def run_parity(cfg: Config, args: argparse.Namespace) -> int:
 
     def outputs(host: RunHost, log: IO[str]) -> list[Sink]:
         assert host.run_dir is not None
-        metrics = JsonlSink(host.run_dir / "metrics.jsonl")
+        metrics = JsonlSink(RunDir(host.run_dir).metrics)
         return [metrics, TaggedLineSink(log), ProgressSink(sys.stderr)]
 
     def check(host: RunHost, sink: Sink) -> ParityResult:
@@ -156,7 +159,7 @@ def run_parity(cfg: Config, args: argparse.Namespace) -> int:
     host = RunHost(
         cfg,
         run_dir=args.run_dir or cfg.run.run_dir or default_run_dir(cfg),
-        log_name="parity.log",
+        log_name=PARITY_LOG,
         outputs=outputs,
         engine=check,
     )
@@ -209,9 +212,13 @@ class ProgressSink(Sink):
             self.labels["mixed"] = record.get("mixed") or self.labels["mixed"]
             text = str(record.get("message"))
         elif record.get("type") == "eval" and not record.get("early"):
-            acc, loss = record.get("val_acc"), record.get("val_loss")
+            acc, loss = record.get(CLASSIFY_PRIMARY), record.get("val_loss")
             text = f"  {run} run: epoch {record.get('epoch'):g}"
-            text += f" val_acc {100 * acc:.2f}% val_loss {loss:.4f}" if acc is not None else ""
+            text += (
+                f" {CLASSIFY_PRIMARY} {100 * acc:.2f}% val_loss {loss:.4f}"
+                if acc is not None
+                else ""
+            )
         elif record.get("type") == "event" and record.get("level") == "error":
             text = f"  {run} run: {record.get('message')}"
         else:
@@ -263,7 +270,7 @@ def format_table(result: ParityResult, run_dir: Path) -> str:
     ]
     for row in r.per_epoch:
         lines.append(
-            f"{row.epoch:>5}  {_pct(row.fp32_val_acc):>9}  {_pct(row.mixed_val_acc):>9}  "
+            f"{row.epoch:>5}  {_pct(row.fp32_acc):>9}  {_pct(row.mixed_acc):>9}  "
             f"{_num(row.gap_points, '+.2f'):>8}  {_num(row.fp32_val_loss, '.4f'):>9}  "
             f"{_num(row.mixed_val_loss, '.4f'):>9}"
         )
@@ -290,7 +297,7 @@ def format_table(result: ParityResult, run_dir: Path) -> str:
         lines.append(f"             {note}")
     if control := r.control_line():
         lines.append(f"control      {control}")
-    lines.append(f"run dir      {run_dir} (parity.json, parity.log, metrics.jsonl)")
+    lines.append(f"run dir      {run_dir} ({PARITY_JSON}, {PARITY_LOG}, {METRICS_NAME})")
     return "\n".join(lines)
 
 
@@ -338,7 +345,7 @@ def format_metric_table(r: ParityResult, run_dir: Path) -> str:
     lines.append(f"verdict      {verdict_line(r)}")
     if control := r.control_line():
         lines.append(f"control      {control}")
-    lines.append(f"run dir      {run_dir} (parity.json, parity.log, metrics.jsonl)")
+    lines.append(f"run dir      {run_dir} ({PARITY_JSON}, {PARITY_LOG}, {METRICS_NAME})")
     return "\n".join(lines)
 
 

@@ -5,7 +5,7 @@ CMD starts with `TUITRAIN_RUN_DIR` set to the run dir, in its own session (so a 
 Ctrl-C reaches tuitrain, which passes it on). Its stdout and stderr, merged, are kept in
 RUN_DIR/output.log and shown: in the dashboard's Output pane (never over the dashboard), or
 passed through with `--no-ui`, where the records are printed as line logs as they arrive.
-The dashboard is `watch`'s over the run's metrics.jsonl.
+The dashboard is `watch`'s over the run's metrics file.
 
 `q` asks the script to stop (SIGINT; SIGTERM after `--grace-s`; SIGKILL after as long again);
 SIGTERM, SIGINT and SIGHUP sent to `tuitrain run` go to the script. `tuitrain run` exits with
@@ -26,7 +26,7 @@ exit code goes to the newest, and to any run the script left open).
 The run dir is `tuitrain run`'s while it lives: it holds RUN_DIR/.tuitrain-run.lock (a second
 `tuitrain run` there is refused, even before the script takes the writer lock), opens
 output.log without following a link, and refuses a link, FIFO, device, socket or directory
-where output.log or metrics.jsonl go. What the script leaves running in its process group
+where the output log or the metrics file go. What the script leaves running in its process group
 when it exits is ended (SIGTERM, SIGKILL after the grace) and named in a warning event.
 
 Output of any size: it is read in chunks of CHUNK bytes and written to output.log as read
@@ -51,12 +51,13 @@ from tuitrain.client.parent import (
     GRACE_S,
     AlertActions,
     Script,
-    Tail,
     alert_rules,
     script_name,
 )
 from tuitrain.core.errors import EXIT_USAGE, OneLineParser, UserError
 from tuitrain.host.stdio import can_draw_ui
+from tuitrain.rundir.layout import RunDir
+from tuitrain.rundir.read import LineTail
 
 TRAIN_LINE_EVERY_S = 5.0  # --no-ui: a script's train records, a line at most this often
 TREE_EVERY_S = 30.0  # --no-ui: a line on the script's process tree this often
@@ -184,7 +185,7 @@ def run_headless(script: Script, on_alert: str | None = None) -> int:
     from tuitrain.client.proctree import TreeSampler
 
     undo = forward_signals(script)
-    tails = [Tail(script.metrics)]  # one a run: the script may write several
+    tails = [LineTail(script.metrics)]  # one a run: the script may write several
     tree, said = TreeSampler(script.proc.pid), time.monotonic()
     actions = AlertActions(script, on_alert, say)
     tree.sample()  # the CPU share is measured from here
@@ -196,7 +197,7 @@ def run_headless(script: Script, on_alert: str | None = None) -> int:
             text = f"{console_clock(record)} {text}"  # when, as tuitrain --no-ui's lines
             say(f"run {n}: {text}" if many else text)
 
-    def show(n: int, tail: Tail, many: bool, final: bool = False) -> None:
+    def show(n: int, tail: LineTail, many: bool, final: bool = False) -> None:
         pace = cadence.setdefault(n, TrainCadence())
         for record in tail.read():
             actions.see(record)
@@ -212,7 +213,7 @@ def run_headless(script: Script, on_alert: str | None = None) -> int:
         for n, tail in enumerate(tails, 1):
             show(n, tail, len(runs) > 1, final)
         for path in runs[len(tails) :]:  # a later run of the script: a line, then its records
-            tails.append(Tail(path / "metrics.jsonl"))
+            tails.append(LineTail(RunDir(path).metrics))
             say(f"run {len(tails)} started: {path}")
             show(len(tails), tails[-1], True)
 

@@ -5,12 +5,9 @@ and `--list-presets` stay instant."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from tuitrain import __version__
@@ -207,37 +204,18 @@ def run_ui(cfg: Config, overrides: list[str], resume: dict[str, Any] | None = No
     except ImportError as exc:  # the UI is optional at import time; headless always works
         print(f"tuitrain: the UI cannot start ({exc}); running headless.", file=sys.stderr)
         return run_headless(cfg, resume=resume)
-    started = time.time()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         # rank 0 of a torchrun job: the UI, and the job's process group
         from tuitrain.host.launch import run_ui_rank0
 
-        code = run_ui_rank0(cfg, overrides, resume)
+        ended = run_ui_rank0(cfg, overrides, resume)
     else:
-        code = run_app(cfg, overrides, resume=resume)
+        ended = run_app(cfg, overrides, resume=resume)
     from tuitrain.rundir.ending import print_ending
 
-    print_ending(last_run_dir(cfg, started))  # the dashboard is gone: what happened, what next
-    return code
-
-
-def last_run_dir(cfg: Config, since: float) -> Path | None:
-    """The run dir the dashboard wrote last: --run-dir's, or the newest under the default
-    runs folder written since `since` (a preset switch starts another run dir)."""
-    from tuitrain.rundir.layout import default_run_dir
-
-    candidates = [Path(cfg.run.run_dir).expanduser()] if cfg.run.run_dir else []
-    with contextlib.suppress(OSError):
-        candidates += list(default_run_dir(cfg).parent.iterdir())[:10_000]
-    newest: tuple[float, Path] | None = None
-    for folder in candidates:
-        try:
-            mtime = (folder / "metrics.jsonl").stat().st_mtime
-        except OSError:
-            continue
-        if mtime >= since - 1 and (newest is None or mtime > newest[0]):
-            newest = (mtime, folder)
-    return newest[1] if newest is not None else None
+    # the dashboard is gone: what happened, what next, about the run dir its host made last
+    print_ending(ended.run_dir)
+    return ended.code
 
 
 def nproc_device(args: argparse.Namespace, overrides: list[str]) -> str:

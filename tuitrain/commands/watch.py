@@ -1,13 +1,13 @@
-"""`tuitrain watch`: dashboards fed from runs' metrics.jsonl files, never touching the runs.
+"""`tuitrain watch`: dashboards fed from runs' metrics files, never touching the runs.
 
-    tuitrain watch RUN_DIR|metrics.jsonl         the dashboard of one run
+    tuitrain watch RUN_DIR|METRICS_FILE          the dashboard of one run
     tuitrain watch --compare A B                 two runs overlaid (fp32 against bf16, say)
 
 Follows a live headless run (new lines as they come, a replaced file starts over), replays a
 finished one, reads a DDP run through rank 0's file. A long file opens fast and in bounded
 memory (`JsonlFollower`'s catch-up). The viewer reads the run's records and offers only the
 keys that act on them; `q` closes it at once and leaves the run alone. A live run that
-tuitrain hosts (the dashboard's, or a headless one) listens on RUN_DIR/control/, a directory
+tuitrain hosts (the dashboard's, or a headless one) listens on its control dir, a directory
 only its user may write: there the viewer's space (pause/resume), s (checkpoint), f
 (profile) and x (stop, asked first) steer it (`tuitrain.rundir.control`). It draws on a
 terminal, or through the driver that
@@ -15,7 +15,8 @@ TEXTUAL_DRIVER names: `textual serve --command "tuitrain watch RUN_DIR"` (textua
 to Textual's web driver and serves the viewer to browsers over pipes, one process per
 connection. Without either it is refused (a viewer has nothing to fall back to).
 
-Bad targets (no such path, a folder that is no run dir, a file that is no metrics file), a
+Bad targets (no such path, a folder that is no run dir, a file that is no metrics file:
+`rundir.read.head_state`), a
 --poll not above 0 and at most an hour, and a missing terminal are refused with one sentence
 and exit code 2. The viewer leaves on SIGTERM (143), SIGINT (130) and SIGHUP (129), and when
 its terminal or textual serve's connection goes away (129: the input ends, or nothing reads
@@ -25,7 +26,6 @@ the output); a viewer still there seconds later is ended (`tuitrain.ui.stopping`
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import stat
 import sys
@@ -33,13 +33,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tuitrain.core.errors import EXIT_USAGE, OneLineParser, UserError, usable_path
-from tuitrain.core.safefile import NotRegular, kind_of, open_regular
-from tuitrain.rundir.layout import METRICS_NAME
-from tuitrain.rundir.read import has_run_files, metrics_path
+from tuitrain.core.safefile import NotRegular, kind_of
+from tuitrain.rundir.layout import CONFIG_NAME, METRICS_NAME, TRAIN_LOG
+from tuitrain.rundir.read import has_run_files, head_state, metrics_path
 
 MAX_POLL_S = 3600.0  # --poll: seconds between file checks, above 0 and at most this
 FORCE_EXIT_S = 5.0  # a viewer asked to stop (signal, server gone) still here then is ended
-PROBE_BYTES = 1 << 20  # a header line is a few kB; more without a newline is no metrics file
+PASS_RUN = f"pass the --run-dir of a run, or its {METRICS_NAME}."
 
 
 class WatchError(Exception):
@@ -51,13 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tuitrain watch",
         description="Attach the dashboard to a headless or finished run, or compare two runs\n"
         "(loss and samples/s overlaid, B/A median throughput, validation-accuracy gap).\n"
-        "Reads the runs' metrics.jsonl; live runs keep updating. A live run that tuitrain hosts\n"
+        f"Reads the runs' {METRICS_NAME}; live runs keep updating. A live run that tuitrain hosts\n"
         "(dashboard or --no-ui) can be steered from the viewer by its own user: space pauses or\n"
         "resumes, s saves a checkpoint, f profiles, x stops it (asked first); q closes the\n"
         "viewer and leaves the run alone.",
         epilog="examples:\n"
         "  tuitrain watch runs/fashion-bf16-20261129-120000\n"
-        "  tuitrain watch --compare runs/fp32-run runs/bf16-run/metrics.jsonl\n"
+        f"  tuitrain watch --compare runs/fp32-run runs/bf16-run/{METRICS_NAME}\n"
         '  textual serve --command "tuitrain watch runs/x"   in a browser (textual-dev)\n'
         "\nexit codes: 0 quit, 2 bad target or arguments, or no terminal (stdin and stderr\n"
         "must be a TTY unless TEXTUAL_DRIVER names a driver, as textual serve does),\n"
@@ -69,14 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="*",
         default=[],
         metavar="RUN",
-        help="a run dir or its metrics.jsonl (after --, a name that starts with - is a run: "
+        help=f"a run dir or its {METRICS_NAME} (after --, a name that starts with - is a run: "
         "tuitrain watch -- -h)",
     )
     p.add_argument(
         "--compare",
         nargs="*",
         metavar="RUN",
-        help="compare 2 to 8 runs (run dirs or metrics.jsonl files): A, B, C ...; ratios and"
+        help=f"compare 2 to 8 runs (run dirs or {METRICS_NAME} files): A, B, C ...; ratios and"
         " gaps are each run against A (tuitrain watch --compare -- A B: names after --)",
     )
     p.add_argument(
@@ -105,36 +105,33 @@ def check_target(target: str, *, strict: bool) -> Path:
         given = usable_path(target, "watch target")
     except UserError as exc:
         raise WatchError(str(exc)) from None
-    path = metrics_path(given)  # a file is the file, a folder its metrics.jsonl
+    path = metrics_path(given)  # a file is the file, a folder its metrics file
     if given.exists() and not (given.is_dir() or given.is_file()):
         raise WatchError(
-            f"{target} is not a run dir or a metrics file (it is a {file_kind(given)}); "
-            "pass the --run-dir of a run, or its metrics.jsonl."
+            f"{target} is not a run dir or a metrics file (it is a {file_kind(given)}); " + PASS_RUN
         )
     if not given.exists():
         # The metrics file of a run that is starting may not exist yet: wait for it.
         starting = path == given and has_run_files(path.parent)
         if not (starting if strict else path.parent.is_dir()):
             raise WatchError(
-                f"{target} is not a run dir or a metrics.jsonl (no such path); "
-                "pass the --run-dir of a run, or its metrics.jsonl."
+                f"{target} is not a run dir or a {METRICS_NAME} (no such path); " + PASS_RUN
             )
     if given.is_dir() and strict and not has_run_files(given):
         raise WatchError(
-            f"{target} is not a run dir (it has no metrics.jsonl, config.toml or train.log); "
-            "pass the --run-dir of a run, or its metrics.jsonl."
+            f"{target} is not a run dir (it has no {METRICS_NAME}, {CONFIG_NAME} or "
+            f"{TRAIN_LOG}); " + PASS_RUN
         )
     if path.is_dir():
         raise WatchError(f"{path} is a folder, not a metrics file; pass the run dir above it.")
     if path.exists() and not path.is_file():
         raise WatchError(
             f"{path} is {kind_of(path.stat().st_mode)}, not a regular file; a run writes "
-            "its metrics.jsonl as a file: pass the run dir of a run."
+            f"its {METRICS_NAME} as a file: pass the run dir of a run."
         )
     if path.is_file():
         try:
-            with open_regular(path, "rb") as f:
-                first = f.readline(PROBE_BYTES)
+            head = head_state(path)
         except NotRegular as exc:
             raise WatchError(str(exc)) from None
         except OSError as exc:
@@ -142,15 +139,15 @@ def check_target(target: str, *, strict: bool) -> Path:
                 f"{path} cannot be read ({exc.strerror or type(exc).__name__}); "
                 "check its permissions."
             ) from exc
-        if not first and path.suffix != ".jsonl":
+        if head == "empty" and path.suffix != ".jsonl":
             raise WatchError(
                 f"{path} is an empty file, not a metrics file; pass a run dir, "
-                "or the metrics.jsonl in it."
+                f"or the {METRICS_NAME} in it."
             )
-        if not looks_like_a_record(first):
+        if head == "other":
             raise WatchError(
                 f"{path} is not a tuitrain metrics file (its first line is not a JSON record "
-                'with a "type"); pass a run dir, or the metrics.jsonl in it.'
+                f'with a "type"); pass a run dir, or the {METRICS_NAME} in it.'
             )
     return path
 
@@ -172,20 +169,9 @@ def check_terminal() -> None:
         raise WatchError(
             f"the viewer cannot draw here: {why}; it needs a terminal to draw on (TERM set, "
             "e.g. xterm-256color): run it in one, serve it to a browser with textual serve "
-            '--command "tuitrain watch RUN_DIR", or read RUN_DIR/metrics.jsonl directly '
+            '--command "tuitrain watch RUN_DIR", or read its records directly '
             "(tuitrain export RUN_DIR --format csv)."
         )
-
-
-def looks_like_a_record(first_line: bytes) -> bool:
-    """True for a record, an empty file, or a first line still being written."""
-    if not first_line.endswith(b"\n"):
-        return len(first_line) < PROBE_BYTES and first_line[:1] in (b"", b"{")
-    try:
-        rec = json.loads(first_line)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(rec, dict) and "type" in rec
 
 
 def main(argv: Sequence[str] | None = None, back_to: str | None = None) -> int:
@@ -198,7 +184,7 @@ def main(argv: Sequence[str] | None = None, back_to: str | None = None) -> int:
         args.target = None
     elif len(args.target) > 1:
         parser.error(
-            f"pass one run dir (or its metrics.jsonl), or --compare with 2 to 8 runs; got "
+            f"pass one run dir (or its {METRICS_NAME}), or --compare with 2 to 8 runs; got "
             f"{len(args.target)} runs"
         )
     else:
@@ -209,7 +195,7 @@ def main(argv: Sequence[str] | None = None, back_to: str | None = None) -> int:
             + (": add one to compare with" if len(args.compare) < 2 else ": drop some")
         )
     if not args.compare and not args.target:
-        parser.error("pass a run dir (or its metrics.jsonl), or --compare A B")
+        parser.error(f"pass a run dir (or its {METRICS_NAME}), or --compare A B")
     try:
         if args.compare:
             paths = [check_target(t, strict=True) for t in args.compare]

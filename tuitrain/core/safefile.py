@@ -1,7 +1,7 @@
 """Files a run creates in its run dir, opened without following symbolic links.
 
 A run dir may lie in a shared place (/tmp, a shared filesystem). A link planted there under a
-name tuitrain writes (`metrics.jsonl`, `train.log`, a temp file) would have the run truncate or
+name tuitrain writes (the metrics file, the train log, a temp file) would have the run truncate or
 append to the link's target, any file its user can write. Every file in a run dir is opened
 with O_NOFOLLOW (a link as the last component is refused: ELOOP), and temp files are created
 with O_EXCL under a name of their own (nothing already there, link or file, is reused).

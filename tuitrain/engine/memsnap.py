@@ -18,6 +18,7 @@ from tuitrain.core.control import MEMORY_ON_CPU
 from tuitrain.core.safefile import open_nofollow, replacing
 from tuitrain.metrics.records import event_record
 from tuitrain.metrics.sinks import Sink
+from tuitrain.rundir.layout import RunDir
 
 VIEWER = "https://pytorch.org/memory_viz"
 MAX_ENTRIES = 100_000  # alloc/free events kept (torchtitan's default): bounds host memory
@@ -74,7 +75,7 @@ class MemorySnapshot:
         """Dump the recorded history to the run dir, stop recording, say where it went."""
         assert self.run_dir is not None  # request() refuses a run without one
         try:
-            path = write_snapshot(self.run_dir / f"memory-snapshot-step{step}.pickle")
+            path = write_snapshot(RunDir(self.run_dir).memory_snapshot(step))
         finally:
             self.stop()
         sink.write(

@@ -59,8 +59,14 @@ from tuitrain.metrics.parity_report import (
     paired_mean_ci,
     write_parity_json,
 )
-from tuitrain.metrics.records import event_record, tagged, task_declaration
+from tuitrain.metrics.records import (
+    CLASSIFY_PRIMARY,
+    event_record,
+    tagged,
+    task_declaration,
+)
 from tuitrain.metrics.sinks import NullSink, Sink
+from tuitrain.rundir.layout import RunDir
 
 # --------------------------------------------------------------------------- configs
 
@@ -238,7 +244,7 @@ def control_result(
     """The control run against the fp32 run: its value, the gap fp32 - control with its
     interval, and whether mixed precision moved the metric more than the seed did."""
     classify = r.metric is None
-    key = "val_acc" if r.metric is None else r.metric.name
+    key = CLASSIFY_PRIMARY if r.metric is None else r.metric.name
     fp32 = evals["fp32"][-1].get(key) if evals.get("fp32") else None
     ctrl = evals["control"][-1].get(key) if evals.get("control") else None
     if not isinstance(fp32, (int, float)) or not isinstance(ctrl, (int, float)):
@@ -428,7 +434,7 @@ class _Check:
         for i, rec in enumerate(recorder.evals):
             if len(r.per_epoch) <= i:
                 r.per_epoch.append(EpochRow(epoch=i + 1))
-            setattr(r.per_epoch[i], f"{name}_val_acc", rec.get("val_acc"))
+            setattr(r.per_epoch[i], f"{name}_acc", rec.get(CLASSIFY_PRIMARY))
             setattr(r.per_epoch[i], f"{name}_val_loss", rec.get("val_loss"))
         self.check_outcome(name, outcome, "")
 
@@ -456,7 +462,7 @@ class _Check:
             gap_points=r.gap_points, speedup=r.speedup, result=r.to_json(),
         )  # fmt: skip
         if run_dir is not None:
-            write_parity_json(r, run_dir)
+            write_parity_json(r, RunDir(run_dir).parity_json)
 
     def emit(self, message: str, level: str = "info", **extra: Any) -> None:
         self.sink.write(event_record(message, level=level, kind="parity", **extra))

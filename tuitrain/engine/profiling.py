@@ -12,6 +12,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from tuitrain.core.safefile import open_nofollow, replacing
 from tuitrain.metrics.records import event_record
 from tuitrain.metrics.sinks import Sink
+from tuitrain.rundir.layout import RunDir
 
 TOP_ROWS = 15
 # Profiled but not counted: the profiler's own start-up (and the first step's allocations)
@@ -67,10 +68,11 @@ class StepProfiler:
         prof, self._prof = self._prof, None
         where, trace = "", None
         if self.run_dir is not None:
-            path = self.run_dir / f"profile-step{self.first_step}.txt"
+            run_dir = RunDir(self.run_dir)
+            path = run_dir.profile_table(self.first_step)
             with open_nofollow(path, "w", encoding="utf-8") as f:
                 f.write(table + "\n")
-            trace = export_trace(prof, self.run_dir / f"profile-step{self.first_step}.trace.json")
+            trace = export_trace(prof, run_dir.profile_trace(self.first_step))
             where = f", table in {path}, trace in {trace} (open in https://ui.perfetto.dev)"
         sort_name = "device" if self.device.type == "cuda" else "CPU"
         sink.write(

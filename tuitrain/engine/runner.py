@@ -47,7 +47,6 @@ class RunResult:
     reason: str
     step: int
     exit_code: int
-    val_acc: float | None = None
     val_loss: float | None = None
     samples_per_s: float | None = None
     error: BaseException | None = None
@@ -56,7 +55,7 @@ class RunResult:
     # per val item (val order) of the last evaluation: classify, right or not (a bool
     # tensor); other tasks, the primary metric per item (floats); None when not per item
     val_correct: torch.Tensor | None = None
-    # the last evaluation's metrics (val_loss, val_acc, val_<name>) and the task's declaration
+    # the last evaluation's metrics (val_loss, each val_<name>) and the task's declaration
     val_metrics: dict[str, float | None] = field(default_factory=dict)
     task_info: dict[str, Any] = field(default_factory=dict)
 
@@ -210,7 +209,6 @@ def run(
         reason,
         trainer.step,
         code,
-        trainer.val_acc,
         trainer.val_loss,
         mean(trainer.throughputs),
         val_correct=trainer.val_correct,
@@ -404,7 +402,7 @@ def describe_failure(exc: BaseException, trainer: Trainer | None) -> tuple[str, 
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         stopped = trainer.control.stop_reason if trainer else ""
         if trainer and stopped.startswith("stopped by alert stalled_rank"):  # peers ended
-            stacks = trainer.run_dir / "stacks" if trainer.run_dir else "the run dir's stacks"
+            stacks = RunDir(trainer.run_dir).stacks if trainer.run_dir else "the run dir's stacks"
             return (
                 f"{stopped}; every rank was ended after step {step}",
                 f"every rank's Python stacks are in {stacks}/",
@@ -435,8 +433,15 @@ def release(trainer: Trainer | None) -> None:
 def run_end_record(
     result: RunResult, trainer: Trainer | None, started: float, weights_digest: str | None = None
 ) -> dict[str, Any]:
-    """The engine's end record; `weights_digest` (last) when the run trained to its end."""
+    """The engine's end record: its totals, the task's primary metric and the validation
+    loss as the result has them (null when the run failed), the last evaluation's other
+    metrics, and `weights_digest` (last) when the run trained to its end."""
     digest: dict[str, Any] = {} if weights_digest is None else {"weights_digest": weights_digest}
+    primary = getattr(trainer, "primary", None)  # the task's, from its declaration
+    metrics: dict[str, Any] = {primary: result.val_metrics.get(primary)} if primary else {}
+    metrics["val_loss"] = result.val_loss
+    for key, value in getattr(trainer, "val_metrics", {}).items():
+        metrics.setdefault(key, value)
     return end_record(
         result.status,
         result.reason,
@@ -444,13 +449,7 @@ def run_end_record(
         samples=trainer.samples if trainer else 0,
         elapsed_s=round(time.perf_counter() - started, 3),
         mean_samples_per_s=result.samples_per_s,
-        val_acc=result.val_acc,
-        val_loss=result.val_loss,
-        **{
-            k: v
-            for k, v in getattr(trainer, "val_metrics", {}).items()
-            if k not in ("val_acc", "val_loss")
-        },
+        **metrics,
         **digest,
     )
 

@@ -110,7 +110,9 @@ def check_resumable(cfg: Config, state: dict[str, Any]) -> None:
             f"{where} is at step {counts['epoch_step']} of an epoch of "
             f"{counts['steps_per_epoch']} steps; it was altered: resume from another checkpoint."
         )
-    for key in ("val_acc", "val_loss"):
+    for key in [k for k in state if isinstance(k, str) and k.startswith("val_")]:
+        if key == "val_metrics":
+            continue
         value = state.get(key)
         if value is not None and not (is_number(value) and math.isfinite(value)):
             raise CheckpointError(

@@ -58,8 +58,8 @@ def summary_writer(folder: Path) -> Any:
 def scalars(record: Record) -> Iterator[tuple[str, float, int]]:
     """(tag, value, step) for each number of a train or eval record. An eval record's
     validation metrics are whatever its task declared and wrote, each `val_<name>` under
-    `val/<name>` (val_loss -> val/loss, a classifier's val_acc -> val/acc, val_bpc ->
-    val/bpc): no metric name is assumed."""
+    `val/<name>` (val_loss -> val/loss, val_bpc -> val/bpc, a classifier's accuracy ->
+    val/acc): no metric name is assumed."""
     step = record.get("step")
     if not isinstance(step, int) or record.get("type") not in ("train", "eval"):
         return

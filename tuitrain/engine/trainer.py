@@ -40,7 +40,7 @@ from tuitrain.engine.tasks.base import (
     validation_values,
 )
 from tuitrain.engine.tasks.build import task_label
-from tuitrain.metrics.records import eval_record, event_record
+from tuitrain.metrics.records import CLASSIFY_PRIMARY, eval_record, event_record
 from tuitrain.metrics.sinks import Sink
 
 # The GradScaler skips optimizer.step() on overflow; the schedule still advances (on purpose:
@@ -103,10 +103,9 @@ class Trainer:
         self.fitting = False  # fit() began: the steps from start_step on were trained here
         self.stop_wanted = self.pause_wanted = self.checkpoint_wanted = False
         self.samples = 0
-        self.val_acc: float | None = None
         self.val_metrics: dict[str, float | None] = {}  # the last eval record's metrics
         info = parts.task_info or {}
-        self.primary: str | None = info.get("primary")  # e.g. val_acc, val_loss
+        self.primary: str | None = info.get("primary")  # its eval field: val_loss, val_bpc ...
         self.mode: str = info.get("mode", "min")
         self.best: float | None = None  # the primary metric's best so far
         self.evals_since_best = 0
@@ -446,7 +445,8 @@ class Trainer:
             # it. The val set is never sharded: every rank evaluates all of it, in order.
             if items and len(items) == len(p.data.val):
                 joined = torch.cat(items)
-                self.val_correct = joined.bool() if self.primary == "val_acc" else joined
+                classify = self.primary == CLASSIFY_PRIMARY  # accuracy: each item right or not
+                self.val_correct = joined.bool() if classify else joined
             else:
                 self.val_correct = None
         p.model.train()
@@ -463,7 +463,6 @@ class Trainer:
         nonfinite = [eval_key(n) for n, v in zip(names, means, strict=True) if not math.isfinite(v)]
         self.val_metrics = {k: v for k, v in record.items() if k.startswith("val_")}
         self.val_loss = self.val_metrics.get("val_loss")
-        self.val_acc = self.val_metrics.get("val_acc")
         self.sink.write(record)
         if nonfinite:
             self.diagnostics.alert_nonfinite_metrics(nonfinite, self.step)
@@ -669,7 +668,6 @@ class Trainer:
             "epoch": self.epoch,
             "epoch_step": self.epoch_step,
             "samples": self.samples,
-            "val_acc": self.val_acc,
             "val_loss": self.val_loss,
             "val_metrics": dict(self.val_metrics),
             "best": self.best,  # the primary metric's best so far, and evaluations since
@@ -699,9 +697,10 @@ class Trainer:
         self.epoch = int(state["epoch"])
         self.epoch_step = int(state["epoch_step"])
         self.samples = int(state["samples"])
-        self.val_acc = state.get("val_acc")
         self.val_loss = state.get("val_loss")
         metrics = state.get("val_metrics")
+        if not isinstance(metrics, dict):  # an older checkpoint: its val_* numbers
+            metrics = {k: v for k, v in state.items() if k.startswith("val_")}
         if isinstance(metrics, dict):
             self.val_metrics = {
                 k: v for k, v in metrics.items() if isinstance(k, str) and is_number(v)

@@ -1,6 +1,6 @@
 """Headless runs: one process, or one rank of a torchrun job; and `--nproc N` launching.
 
-Rank 0 alone prints (or draws the UI), writes metrics.jsonl and checkpoints; other ranks are
+Rank 0 alone prints (or draws the UI), writes the metrics file and checkpoints; other ranks are
 quiet and log to rank-N.log in the same run dir (rank 0 picks it and broadcasts it). Every run
 goes through `tuitrain.host.run.RunHost`; the ranks follow rank 0 from run to run
 (`tuitrain.host.run.serve_rank`).
@@ -21,9 +21,10 @@ from tuitrain.core.config import Config
 from tuitrain.core.errors import EXIT_FAILED, EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM, UserError
 from tuitrain.host.signals import LAUNCHER_ENV, SIGNAL_NAMES, defer_signals, early_signal
 from tuitrain.host.stdio import print_out
+from tuitrain.rundir.layout import RunDir
 
 if TYPE_CHECKING:
-    from tuitrain.host.run import RunHost
+    from tuitrain.host.run import RunExit, RunHost
     from tuitrain.metrics.sinks import Sink
 
 
@@ -125,7 +126,7 @@ def process_group(cfg: Config) -> Iterator[Any]:
     import torch
 
     wants_cuda = cfg.train.device in ("auto", "cuda") and torch.cuda.is_available()
-    stacks = Path(cfg.run.run_dir) / "stacks" if cfg.run.run_dir else None
+    stacks = RunDir(cfg.run.run_dir).stacks if cfg.run.run_dir else None
     device = "cuda" if wants_cuda else "cpu"
     ddp.init_process_group(info, cfg.distributed.timeout_s, device, stacks)
     try:
@@ -154,18 +155,19 @@ def run_headless(cfg: Config, resume: dict[str, Any] | None = None) -> int:
 
 
 def headless_outputs(host: RunHost, log: IO[str]) -> list[Sink]:
-    """Rank 0 headless: metrics.jsonl, line logs on stdout/stderr and in train.log."""
+    """Rank 0 headless: the metrics file, line logs on stdout/stderr and in the train log."""
     from tuitrain.metrics.sinks import ConsoleSink, JsonlSink
 
     assert host.run_dir is not None
     print_out(f"tuitrain {__version__}: preset {host.cfg.name}, run dir {host.run_dir}")
-    return [JsonlSink(host.run_dir / "metrics.jsonl"), ConsoleSink(), ConsoleSink(log, log)]
+    return [JsonlSink(RunDir(host.run_dir).metrics), ConsoleSink(), ConsoleSink(log, log)]
 
 
 def run_ui_rank0(
     cfg: Config, overrides: Sequence[str], resume: dict[str, Any] | None = None
-) -> int:
-    """Rank 0 of a torchrun job with a terminal: the dashboard, its engine thread on rank 0."""
+) -> RunExit:
+    """Rank 0 of a torchrun job with a terminal: the dashboard, its engine thread on rank 0
+    (its exit code and the run dir it wrote last)."""
     from tuitrain.ui.app import run_app
 
     with process_group(cfg) as info:

@@ -1,7 +1,9 @@
 """One way to run a run (no Textual here): headless, a rank of a torchrun job, the dashboard's
 engine thread and `tuitrain parity` all go through `RunHost`.
 
-A host prepares the run dir (rank 0; the other ranks receive it), writes the resolved config,
+A host prepares the run dir once (rank 0; the other ranks receive it) and hands it on: its
+`run_dir` is the folder the run writes, the one the dashboard, the ending and the next
+commands name (nothing guesses it afterwards). It writes the resolved config,
 opens the log, wires the sinks, calls the engine (`tuitrain.engine.runner.run`, or the parity
 check), keeps the traceback of a failure in the log, and tells the other ranks what comes next.
 It runs inline (`run()`, the caller's thread) or in a thread of its own (`start()`), which it
@@ -24,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from tuitrain.core.config import Config
 from tuitrain.core.control import Control
@@ -36,7 +38,7 @@ from tuitrain.metrics.sinks import ConsoleSink, FanOutSink, JsonlSink, Sink, Tim
 from tuitrain.metrics.store import MetricStore
 from tuitrain.rundir.control import remove_stale
 from tuitrain.rundir.follow import replay
-from tuitrain.rundir.layout import RunDir, prepare_run_dir, write_resolved_config
+from tuitrain.rundir.layout import TRAIN_LOG, RunDir, prepare_run_dir, write_resolved_config
 from tuitrain.rundir.lock import RunDirLock
 
 if TYPE_CHECKING:
@@ -45,6 +47,15 @@ if TYPE_CHECKING:
 
 Engine = Callable[["RunHost", Sink], Any]  # (host, sink) -> RunResult or ParityResult
 Outputs = Callable[["RunHost", IO[str]], Sequence[Sink]]  # (host, log) -> rank 0's sinks
+
+
+class RunExit(NamedTuple):
+    """How a hosted session ended (the dashboard's): its exit code, and the run dir of the
+    last run it hosted, as its RunHost made it (a preset switch makes another); None where
+    none was made."""
+
+    code: int
+    run_dir: Path | None
 
 
 class NoRun(Exception):
@@ -61,9 +72,9 @@ def train_engine(host: RunHost, sink: Sink) -> Any:
 
 
 def log_outputs(host: RunHost, log: IO[str]) -> list[Sink]:
-    """metrics.jsonl and the human lines in the log."""
+    """The metrics file and the human lines in the log."""
     assert host.run_dir is not None
-    return [JsonlSink(host.run_dir / "metrics.jsonl"), ConsoleSink(log, log)]
+    return [JsonlSink(RunDir(host.run_dir).metrics), ConsoleSink(log, log)]
 
 
 class _NotesAfterFirst(Sink):
@@ -206,7 +217,7 @@ class RunHost:
         on_end: Callable[[RunHost], None] | None = None,
         dist: DistInfo | None = None,
         resume: dict[str, Any] | None = None,
-        log_name: str = "train.log",
+        log_name: str = TRAIN_LOG,
         outputs: Outputs = log_outputs,
         engine: Engine = train_engine,
         steerable: bool = False,
@@ -217,7 +228,7 @@ class RunHost:
         self.store = store
         self.control = Control()
         self.requested_run_dir = run_dir
-        self.run_dir: Path | None = None
+        self.run_dir: Path | None = None  # the run dir made (make_run_dir), once
         self.notes = list(notes)
         self.on_end = on_end
         self.resume = resume
@@ -239,6 +250,15 @@ class RunHost:
         return self.dist is None or self.dist.is_main
 
     # -- inline ------------------------------------------------------------------------
+    def make_run_dir(self) -> Path:
+        """Rank 0 (or the only process): the run dir made ready (`prepare_run_dir`: made,
+        proven writable; a fresh runs/<preset>-<stamp> where none was asked for), once: a
+        later call, and `prepare`, hand on the same folder. The dashboard calls it before
+        its app starts (native stderr goes there)."""
+        if self.run_dir is None:
+            self.run_dir = prepare_run_dir(self.cfg, self.requested_run_dir)
+        return self.run_dir
+
     def prepare(self) -> Path:
         """Rank 0 (or the only process) checks a checkpoint to resume from, makes the run dir
         and writes the resolved config; under DDP it sends the run dir to the other ranks,
@@ -258,7 +278,7 @@ class RunHost:
                 from tuitrain.engine.state import check_resumable
 
                 check_resumable(self.cfg, self.resume)
-            run_dir = prepare_run_dir(self.cfg, self.requested_run_dir)
+            run_dir = self.make_run_dir()
             self.lock = RunDirLock(run_dir)  # before anything is written in it
             remove_stale(run_dir)  # a killed run's control dir: no one reads it now
             write_resolved_config(run_dir, self.cfg)
@@ -268,7 +288,6 @@ class RunHost:
             if self.leader is not None:
                 self.leader.send_run_dir(None)  # the other ranks exit instead of waiting
             raise
-        self.run_dir = run_dir
         if self.leader is not None:
             self.leader.send_run_dir(run_dir)
         return run_dir
@@ -288,9 +307,10 @@ class RunHost:
         if self.store is not None and self.resume is not None and self.is_main:
             with contextlib.suppress(OSError):  # the run so far: its charts from its start
                 replay(RunDir(run_dir).metrics, self.store)
-        log_name = self.log_name if self.is_main else f"rank-{self.dist.rank}.log"  # type: ignore[union-attr]
-        quiet = contextlib.nullcontext() if self.is_main else native_stderr_to(run_dir / log_name)
-        with quiet, open_log(run_dir / log_name) as log:
+        rank = self.dist.rank if self.dist is not None else 0
+        log_path = run_dir / self.log_name if self.is_main else RunDir(run_dir).rank_log(rank)
+        quiet = contextlib.nullcontext() if self.is_main else native_stderr_to(log_path)
+        with quiet, open_log(log_path) as log:
             sinks: list[Sink] = []
             if self.store is not None:
                 sinks.append(TimelineStoreSink(self.store))
@@ -298,7 +318,7 @@ class RunHost:
             if self.is_main and self.cfg.run.tensorboard:
                 from tuitrain.engine.tensorboard import TensorBoardSink
 
-                sinks.append(TensorBoardSink(run_dir / "tensorboard"))
+                sinks.append(TensorBoardSink(RunDir(run_dir).tensorboard))
             sink: Sink = _Failover(FanOutSink(*sinks), self)
             if self.notes:
                 sink = _NotesAfterFirst(sink, self.notes)

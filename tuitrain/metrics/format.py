@@ -252,14 +252,16 @@ def format_train_line(rec: Record, total: int | None = None, eta_s: float | None
 def metric_formats(header: Record | None = None) -> dict[str, str]:
     """Each metric's format (pct or float) from the header's task declaration; an old header
     (or none) reads as classification's, whose declaration also formats an undeclared
-    `val_acc` (the client's name for a script's accuracy: a share, shown as a percentage)."""
+    accuracy (CLASSIFY_PRIMARY, the client's name for a script's `val/acc`: a share, shown
+    as a percentage)."""
     base = {m["name"]: m["format"] for m in CLASSIFY_DECLARATION["metrics"]}
     return base | {m["name"]: m["format"] for m in task_declaration(header)["metrics"]}
 
 
 def format_eval_line(rec: Record, header: Record | None = None) -> str:
-    """``eval  step 234 | epoch 1 | val_loss 0.4012 | val_acc 85.31%``: the validation loss,
-    then each validation metric the record holds, formatted as its header declares."""
+    """``eval  step 234 | epoch 1 | val_loss 0.4012 | val_bpc 1.842``: the validation loss,
+    then each validation metric the record holds, formatted as its header declares (a
+    classifier's accuracy as ``85.31%``)."""
     formats = metric_formats(header)
     parts = [f"eval  step {rec.get('step', DASH)}"]
     if rec.get("epoch") is not None:
@@ -280,7 +282,7 @@ def format_event_line(rec: Record) -> str:
 
 
 def format_end_line(rec: Record, header: Record | None = None) -> str:
-    """``end   completed | reason max_steps reached | step 1000 | val_acc 85.31%``: the
+    """``end   completed | reason max_steps reached | step 1000 | val_bpc 1.842``: the
     primary metric the header declares, where the end record holds it."""
     parts = [f"end   {rec.get('status') or DASH}"]
     if rec.get("reason"):

@@ -17,7 +17,7 @@ from typing import Any
 
 from tuitrain.core.errors import EXIT_FAILED, EXIT_OK, EXIT_PARITY_FAIL
 from tuitrain.core.safefile import write_atomic_text
-from tuitrain.metrics.records import event_record
+from tuitrain.metrics.records import CLASSIFY_PRIMARY, event_record
 from tuitrain.metrics.sinks import JsonlSink, Sink, StoreSink, to_json_line
 from tuitrain.metrics.store import MetricStore, Snapshot
 
@@ -67,7 +67,7 @@ class PairedCounts:
 def change_text(
     who: str, key: str, gap: float, ci: Sequence[float] | None, points: bool, mode: str | None
 ) -> str:
-    """`bf16 lowered val_acc by 1.30 points (worse; 95% CI 0.80 to 1.80)`: what `who` did to
+    """`bf16 lowered val_bpc by 0.013 (better; 95% CI 0.008 to 0.018)`: what `who` did to
     the metric against fp32, from `gap` = fp32 - who (positive: `who` lowered it) and its
     interval, the sign said in words ("lowered", "raised") and never as a signed number."""
     unit = " points" if points else ""
@@ -233,18 +233,28 @@ def paired_mean_ci(fp32: list[float], mixed: list[float], z: float = Z95) -> lis
 
 @dataclass(slots=True)
 class EpochRow:
+    """One epoch of a classification parity check: each run's accuracy (the classify task's
+    primary metric, CLASSIFY_PRIMARY) and validation loss."""
+
     epoch: int
-    fp32_val_acc: float | None = None
-    mixed_val_acc: float | None = None
+    fp32_acc: float | None = None
+    mixed_acc: float | None = None
     fp32_val_loss: float | None = None
     mixed_val_loss: float | None = None
 
     @property
     def gap_points(self) -> float | None:
-        return gap_points(self.fp32_val_acc, self.mixed_val_acc)
+        return gap_points(self.fp32_acc, self.mixed_acc)
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "gap_points": self.gap_points}
+        """Its fields as the report names them (`fp32_<metric>`, the eval field's name)."""
+        return {**{json_key(k): v for k, v in asdict(self).items()}, "gap_points": self.gap_points}
+
+
+def json_key(field_name: str) -> str:
+    """A report field's JSON name: `fp32_acc` -> fp32_ + the classifier's accuracy field."""
+    run, _, what = field_name.partition("_")
+    return f"{run}_{CLASSIFY_PRIMARY}" if what == "acc" else field_name
 
 
 @dataclass(slots=True)
@@ -279,7 +289,7 @@ class ParityResult:
 
     @property
     def gap_points(self) -> float | None:
-        return gap_points(self.final("fp32_val_acc"), self.final("mixed_val_acc"))
+        return gap_points(self.final("fp32_acc"), self.final("mixed_acc"))
 
     @property
     def verdict(self) -> str | None:
@@ -367,7 +377,7 @@ class ParityResult:
         """One line: the verdict, the numbers behind it, and their resolution."""
         if self.metric is not None and self.verdict in ("PASS", "FAIL"):
             return self.metric_summary(self.metric)
-        fp32_acc, mixed_acc = self.final("fp32_val_acc"), self.final("mixed_val_acc")
+        fp32_acc, mixed_acc = self.final("fp32_acc"), self.final("mixed_acc")
         # PASS/FAIL imply a gap, so both accuracies are there (the None checks narrow types)
         if self.verdict in (None, "ERROR") or fp32_acc is None or mixed_acc is None:
             return f"parity {self.verdict or 'cancelled'}: {self.message}"
@@ -385,8 +395,8 @@ class ParityResult:
         )
 
     def control_line(self) -> str | None:
-        """`fp32 with seed 1: val_acc 85.10%; bf16 lowered val_acc by 1.30 points (worse;
-        95% CI 0.80 to 1.80), changing the seed lowered it by 0.30 point (...): more than the
+        """`fp32 with seed 1: METRIC 85.10%; bf16 lowered METRIC by 1.30 points (worse; 95%
+        CI 0.80 to 1.80), changing the seed lowered it by 0.30 point (...): more than the
         seed, ...` (the control's `verdict`, `control_verdict`'s sentence)."""
         c = self.control
         if not c:
@@ -416,8 +426,8 @@ class ParityResult:
             out["metric"] = self.metric.to_json()
         if self.control is not None:
             out["control"] = self.control
-        for key in ("fp32_val_acc", "mixed_val_acc", "fp32_val_loss", "mixed_val_loss"):
-            out[key] = self.final(key)
+        for key in ("fp32_acc", "mixed_acc", "fp32_val_loss", "mixed_val_loss"):
+            out[json_key(key)] = self.final(key)
         out["gap_points"], out["speedup"] = self.gap_points, self.speedup
         out["one_image_points"] = self.one_image_points
         out["discordant"], out["p_value"] = self.discordant, self.p_value
@@ -490,13 +500,13 @@ def verdict_event(result: ParityResult, parity_dir: Path | None = None) -> dict[
 
 
 def record_verdict(
-    run_dir: Path,
+    metrics: Path,
     result: ParityResult,
     parity_dir: Path | None = None,
     store: MetricStore | None = None,
 ) -> dict[str, Any] | None:
-    """Append the verdict event to `run_dir`'s metrics.jsonl (the run the check was started
-    from: its own sink is paused or closed, and each append is one whole line) and push it
+    """Append the verdict event to `metrics`, the metrics file of the run the check was
+    started from (its own sink is paused or closed, and each append is one whole line), and push it
     into its `store` (the dashboard's event log). None when there is nothing to say (a
     cancelled check) or the file cannot be written."""
     if result.verdict is None:
@@ -505,7 +515,7 @@ def record_verdict(
     if store is not None:
         store.push(event)
     try:
-        sink = JsonlSink(run_dir / "metrics.jsonl")
+        sink = JsonlSink(metrics)
     except OSError:
         return None
     try:
@@ -545,8 +555,9 @@ def count_test_images(header: Mapping[str, Any]) -> int | None:
     return int(match.group(1).replace(",", "")) if match else None
 
 
-def write_parity_json(result: ParityResult, run_dir: Path) -> Path:
-    """`run_dir/parity.json`, written atomically (NaN/inf become null)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+def write_parity_json(result: ParityResult, path: Path) -> Path:
+    """The result as JSON at `path` (a run dir's parity file), written atomically (NaN/inf
+    become null)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(json.loads(to_json_line(result.to_json())), indent=2) + "\n"
-    return write_atomic_text(run_dir / "parity.json", text)
+    return write_atomic_text(path, text)

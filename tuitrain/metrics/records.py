@@ -519,6 +519,8 @@ CLASSIFY_DECLARATION: dict[str, Any] = {
         {"name": "val_acc", "split": "val", "goal": "max", "format": "pct", "unit": ""},
     ],
 }
+# a classifier's accuracy (its eval records' field): the one name readers that need it import
+CLASSIFY_PRIMARY: str = CLASSIFY_DECLARATION["primary"]
 
 
 def task_declaration(header: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -797,7 +799,7 @@ def _is_number(value: object) -> bool:
 
 def clean_record(raw: Mapping[str, Any]) -> dict[str, Any] | None:
     """A record read back from a file, with each field of the wrong type left out: a
-    hand-edited or foreign metrics.jsonl must not break a viewer. Text fields hold text,
+    hand-edited or foreign metrics file must not break a viewer. Text fields hold text,
     number fields a number (or null), per-rank fields a list of numbers (or nulls), `config`
     tables.
     None when it has no text `type` (no record of the contract)."""

@@ -247,8 +247,8 @@ class JsonlSink(Sink):
         with contextlib.suppress(OSError, ValueError):
             print(
                 f"tuitrain: {self.path} could not be written ({self.failed}); the records "
-                "after its last whole line are not in it (the console and train.log have "
-                "them), and the run goes on.",
+                "after its last whole line are not in it (the console and the run's line log "
+                "have them), and the run goes on.",
                 file=sys.stderr,
                 flush=True,
             )

@@ -28,11 +28,18 @@ CKPT_DIR = "checkpoints"  # <run_dir>/checkpoints/ckpt-stepN.pt (engine.checkpoi
 TENSORBOARD_DIR = "tensorboard"  # event files, where train.tensorboard is on
 LOCK_NAME = ".tuitrain.lock"  # rank 0 (or the only process): exclusive, for the run's life
 RANKS_LOCK_NAME = ".tuitrain.ranks.lock"  # the other DDP ranks: shared, while they live
+RUN_LOCK_NAME = ".tuitrain-run.lock"  # held by `tuitrain run` for its whole life
 CONTROL_DIR = "control"  # a hosted run's inbox of steering requests (rundir.control)
 RANKS_DIR = "ranks"  # a script's other ranks' reports (rundir.ranks)
 STACKS_DIR = "stacks"  # the stalled-rank watch's stacks and NCCL traces
 MANIFEST_NAME = ".tuitrain-runs.jsonl"  # `tuitrain run`'s list of the script's run dirs
+NATIVE_STDERR = "native-stderr.log"  # the dashboard's native stderr (torch's C++ warnings)
+UI_TRACEBACK = "ui-traceback.txt"  # where a failed dashboard's traceback is kept
+PARITY_DIR = "parity"  # the dashboard's parity check, inside the run it was started from
+PARITY_JSON = "parity.json"  # a parity check's result
+PARITY_LOG = "parity.log"  # `tuitrain parity`'s line log (in place of train.log)
 RUN_FILES = (METRICS_NAME, CONFIG_NAME, TRAIN_LOG)  # what a run dir holds early on
+MAX_SUFFIX = 100_000  # fresh_dir tries <base>-2 ... up to this
 
 
 class RunDir:
@@ -92,6 +99,10 @@ class RunDir:
         return self.path / RANKS_LOCK_NAME
 
     @property
+    def run_lock(self) -> Path:
+        return self.path / RUN_LOCK_NAME
+
+    @property
     def control(self) -> Path:
         return self.path / CONTROL_DIR
 
@@ -107,18 +118,74 @@ class RunDir:
     def manifest(self) -> Path:
         return self.path / MANIFEST_NAME
 
+    @property
+    def native_stderr(self) -> Path:
+        return self.path / NATIVE_STDERR
+
+    @property
+    def ui_traceback(self) -> Path:
+        return self.path / UI_TRACEBACK
+
+    @property
+    def parity(self) -> Path:
+        return self.path / PARITY_DIR
+
+    @property
+    def parity_json(self) -> Path:
+        return self.path / PARITY_JSON
+
+    def rank_log(self, rank: int) -> Path:
+        """The line log of DDP rank `rank` (not 0: rank 0's is train.log)."""
+        return self.path / f"rank-{rank}.log"
+
+    def profile_table(self, step: int) -> Path:
+        """torch.profiler's top table of the steps from `step`."""
+        return self.path / f"profile-step{step}.txt"
+
+    def profile_trace(self, step: int) -> Path:
+        """The Chrome/Perfetto trace of the steps profiled from `step`."""
+        return self.path / f"profile-step{step}.trace.json"
+
+    def memory_snapshot(self, step: int) -> Path:
+        """The CUDA allocator's history up to `step` (for pytorch.org/memory_viz)."""
+        return self.path / f"memory-snapshot-step{step}.pickle"
+
 
 def default_run_dir(cfg: Config) -> Path:
+    """runs/<preset>-<stamp>: the name a run dir gets when nothing names it (fresh_dir makes
+    it, or a free sibling)."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{cfg.name}-{stamp}"
 
 
+def fresh_dir(base: Path, first: int = 1) -> Path:
+    """A folder made now by this call: `base` itself (first=1), else `base-2`, `base-3` ...
+    (the first free one). Atomic: two processes asking at once never get the same one."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(first, MAX_SUFFIX):
+        path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"no free name for a run dir beside {base}")
+
+
 def prepare_run_dir(cfg: Config, run_dir: str | Path | None = None) -> Path:
-    """Create the run dir and prove it is writable before any training starts."""
-    path = Path(run_dir or cfg.run.run_dir or default_run_dir(cfg)).expanduser()
-    probe = temp_beside(path / ".write-test")
+    """Make the run dir and prove it is writable before any training starts. The run dir
+    asked for (`run_dir`, else run.run_dir) is made or reused; without one, a fresh
+    runs/<preset>-<stamp> is made (`-2`, `-3` ... when another run started in the same
+    second): never a folder another run holds. Call it once a run and pass the path on
+    (RunHost does): a second call without a run dir makes a second folder."""
+    asked = run_dir or cfg.run.run_dir
+    path = Path(asked).expanduser() if asked else default_run_dir(cfg)
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        if asked:
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path = fresh_dir(path)
+        probe = temp_beside(path / ".write-test")
         with open_nofollow(probe, "x") as f:  # a name of its own: nothing planted is reused
             f.write("ok")
         probe.unlink()

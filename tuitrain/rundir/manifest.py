@@ -14,7 +14,7 @@ they started, in D/MANIFEST_NAME: one JSON object a line, `{"run": N, "dir": NAM
 PID}`, NAME a folder beside D (D's own name for run 1). The parent empties the file when it
 starts the script; a client appends its line under an flock on the file, after making its
 folder and before writing a record, so the parent, which reads the whole lines, knows a run
-dir before any metrics.jsonl in it is open. A client that cannot use the manifest (a
+dir before any metrics file in it is open. A client that cannot use the manifest (a
 read-only D, something other than a file there) falls back to this process's count: its
 first run writes D, later ones a fresh sibling.
 """
@@ -29,10 +29,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-MANIFEST_NAME = ".tuitrain-runs.jsonl"
+from tuitrain.rundir.layout import MANIFEST_NAME, fresh_dir
+
 MANIFEST_MAX_BYTES = 1 << 20  # the parent reads at most this much of it (~10,000 runs)
 LOCK_WAIT_S = 5.0  # a client waits this long for the manifest's flock (held for microseconds)
-MAX_SUFFIX = 100_000
 
 _used: set[str] = set()  # run dirs this process has finished a run in (absolute paths)
 _forced_runs = 0  # runs this process started under TUITRAIN_RUN_DIR without the manifest
@@ -40,20 +40,6 @@ _forced_runs = 0  # runs this process started under TUITRAIN_RUN_DIR without the
 
 def default_name(name: str) -> Path:
     return Path("runs") / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-
-
-def fresh_dir(base: Path, first: int = 1) -> Path:
-    """A folder made now by this call: `base` itself (first=1), else `base-2`, `base-3` ...
-    (the first free one). Atomic: two processes asking at once never get the same one."""
-    base.parent.mkdir(parents=True, exist_ok=True)
-    for n in range(first, MAX_SUFFIX):
-        path = base if n == 1 else base.with_name(f"{base.name}-{n}")
-        try:
-            path.mkdir()
-        except FileExistsError:
-            continue
-        return path
-    raise FileExistsError(f"no free name for a run dir beside {base}")
 
 
 def named(path: Path) -> Path:

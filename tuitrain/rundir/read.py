@@ -2,10 +2,11 @@
 a file's records, its new lines, its last records and its tail. No torch, no Textual: every
 command and screen reads a run through here (and `rundir.follow`, `rundir.summary`).
 
-Targets (`metrics_path`, `run_target`, `find_runs`): a run dir (its metrics file, rank 0's
-for a DDP run), a metrics file (itself, whatever its name), or a parent folder of runs (each
-child folder holding a metrics file). A missing path without a suffix is a run dir still to
-be written; one with a suffix is the file itself.
+Targets (`metrics_path`, `run_target`, `existing_metrics`, `find_runs`): a run dir (its
+metrics file, rank 0's for a DDP run), a metrics file (itself, whatever its name), or a
+parent folder of runs (each child folder holding a metrics file). A missing path without a
+suffix is a run dir still to be written; one with a suffix is the file itself. `head_state`
+tells a metrics file from another file by its first line.
 
 Lines (`parse_line`, `classify_line`): a line longer than MAX_LINE_BYTES (the header's limit,
 MAX_HEADER_BYTES, above any other record's MAX_RECORD_BYTES: every reader reads at least
@@ -13,30 +14,34 @@ what the contract lets a writer write) is skipped unread; a line that is not a J
 with a text "type" is skipped; a train or eval record whose step lies outside 0..STEP_MAX is
 skipped; every other record comes back through `records.clean_record` (fields of the wrong
 type left out). A last line without its newline is still being written (or was cut): no
-reader takes it.
+reader takes it. `Reading` streams a whole file's records and says what it left out.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from tuitrain.core.errors import UserError
-from tuitrain.core.safefile import open_regular
+from tuitrain.core.safefile import open_regular, regular_or_missing
+from tuitrain.core.text import strip_controls
 from tuitrain.metrics.records import (
     MAX_HEADER_BYTES,
     MAX_RECORD_BYTES,
     clean_record,
     valid_step,
 )
-from tuitrain.rundir.layout import RUN_FILES, RunDir
+from tuitrain.rundir.layout import CKPT_DIR, METRICS_NAME, RUN_FILES, RunDir
 
 MAX_LINE_BYTES = max(MAX_HEADER_BYTES, MAX_RECORD_BYTES)  # a longer line is no record
 TAIL_BYTES = 32 * 1024  # a summary reads this much of the end first: ~a hundred records
 TAIL_MAX_BYTES = 4 * MAX_RECORD_BYTES  # extended backwards (doubling) up to this
+PROBE_BYTES = 1 << 20  # head_state: more than this without a newline is no metrics file
+CHECKPOINT = re.compile(r"^ckpt-step\d{8}\.(pt|dcp)$")  # a whole file or a sharded folder
 
 
 # --------------------------------------------------------------------------- targets
@@ -47,8 +52,8 @@ class RunTargetError(UserError):
 
 
 def metrics_path(target: str | Path) -> Path:
-    """The metrics file a target names: an existing file is itself, a folder its
-    metrics.jsonl; a missing path without a suffix is a run dir still to be written."""
+    """The metrics file a target names: an existing file is itself, a folder its metrics
+    file; a missing path without a suffix is a run dir still to be written."""
     path = Path(target).expanduser()
     if path.is_file():
         return path
@@ -60,15 +65,51 @@ def run_target(target: str | Path) -> Path:
     given = Path(target).expanduser()
     if not given.exists():
         raise RunTargetError(
-            f"{target} does not exist: no run there; pass a run dir or its metrics.jsonl."
+            f"{target} does not exist: no run there; pass a run dir or its {METRICS_NAME}."
         )
     path = metrics_path(given)
     if given.is_dir() and not path.is_file():
         raise RunTargetError(
-            f"{target} is not a run dir: no run there (no metrics.jsonl file); pass the "
-            "--run-dir of a run, or its metrics.jsonl."
+            f"{target} is not a run dir: no run there (no {METRICS_NAME} file); pass the "
+            f"--run-dir of a run, or its {METRICS_NAME}."
         )
     return path
+
+
+def existing_metrics(target: str | Path, tool: str = "tuitrain") -> Path:
+    """The metrics file of an existing run (`run_target`), a regular file or missing, else
+    RunTargetError. A checkpoint (whole or sharded) is refused naming the run dir it lies
+    in: `tool` reads a run's records, not its weights."""
+    given = Path(target)
+    if CHECKPOINT.match(given.name):
+        run_dir = given.parent.parent if given.parent.name == CKPT_DIR else None
+        raise RunTargetError(
+            f"{target} is a checkpoint, and {tool} reads a run's metrics, not its weights; "
+            f"pass the run dir{f' ({run_dir})' if run_dir else ''} or its {METRICS_NAME}."
+        )
+    path = run_target(target)
+    regular_or_missing(path, f"pass a run dir or its {METRICS_NAME}")
+    return path
+
+
+def head_state(path: Path) -> str:
+    """What a metrics file's first line says (`first_line_state`), read without following a
+    link or waiting on a FIFO (NotRegular or OSError as `open_regular` raises them)."""
+    with open_regular(path, "rb") as f:
+        return first_line_state(f.readline(PROBE_BYTES))
+
+
+def first_line_state(first: bytes) -> str:
+    """What a file's first line (up to PROBE_BYTES, with its newline) says: "empty" (no
+    byte yet), "writing" (no newline yet, short and opening a JSON object: a run starting),
+    "record" (a line `classify_line` takes, or a record with a step no axis holds) or
+    "other" (no tuitrain metrics file)."""
+    if not first:
+        return "empty"
+    if not first.endswith(b"\n"):
+        return "writing" if len(first) < PROBE_BYTES and first[:1] == b"{" else "other"
+    record, why = classify_line(first[:-1], clean=False)
+    return "record" if record is not None or why == "off-range" else "other"
 
 
 def has_run_files(folder: Path) -> bool:
@@ -77,7 +118,7 @@ def has_run_files(folder: Path) -> bool:
 
 
 def find_runs(folder: Path) -> list[Path]:
-    """The run dirs directly under `folder` (each holds a metrics.jsonl file)."""
+    """The run dirs directly under `folder` (each holds a metrics file)."""
     return [
         child for child in folder.iterdir() if child.is_dir() and RunDir(child).metrics.is_file()
     ]
@@ -136,7 +177,8 @@ def read_records(path: str | Path, clean: bool = True) -> Iterator[dict[str, Any
                 yield rec
 
 
-OUTPUT_TAIL_BYTES = 64 * 1024  # output_tail reads at most this much of output.log
+OUTPUT_TAIL_BYTES = 64 * 1024  # output_tail (OutputTail at first) reads this much of the log
+OUTPUT_READ_BYTES = 256 * 1024  # OutputTail: at most this much a call (later calls read on)
 
 
 class LineTail:
@@ -187,7 +229,7 @@ def _open_fd(path: Path) -> int | None:
 
 
 def last_records(metrics: Path, chunk: int = 1 << 20) -> tuple[dict[str, Any] | None, int | None]:
-    """(the last record of metrics.jsonl, the step of the last record that has one), read
+    """(the last record of a metrics file, the step of the last record that has one), read
     backwards a chunk at a time until both are known (bounded memory, whatever the size)."""
     fd = _open_fd(metrics)
     if fd is None:
@@ -250,6 +292,57 @@ def read_tail(f: BinaryIO, begin: int, size: int) -> list[dict[str, Any]]:
         span *= 2
 
 
+class Reading:
+    """The complete records of a metrics file, one line at a time (memory stays flat
+    whatever the file's size), and notes on what was left out: a half-written last line,
+    lines that are not records, records with a step no axis holds. A file that cannot be
+    read, or holds no record, is RunTargetError (exit 2). Iterate it more than once to read
+    the file again (the counts start over)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.count = 0
+        self.bad: list[int] = []
+        self.off_range = 0  # train and eval records whose step is outside 0..STEP_MAX
+        self.torn = False
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self.count, self.bad, self.off_range, self.torn = 0, [], 0, False
+        try:
+            f = open_regular(self.path, "rb", f"pass a run dir or its {METRICS_NAME}")
+        except OSError as exc:
+            raise RunTargetError(f"{self.path} cannot be read ({exc.strerror or exc}).") from exc
+        with f:
+            for number, line in enumerate(f, start=1):
+                if not line.endswith(b"\n"):
+                    self.torn = bool(line.strip())  # the last line, cut or still being written
+                    break
+                record, why = classify_line(line[:-1])
+                if why == "off-range":
+                    self.off_range += 1  # no x axis can hold it (negative, past int64)
+                elif why in ("bad", "too-long"):
+                    self.bad.append(number)  # not a record (or longer than any record)
+                elif record is not None:
+                    self.count += 1
+                    yield record
+        if not self.count:
+            raise RunTargetError(
+                f"{self.path} holds no tuitrain record; is it a run's {METRICS_NAME}?"
+            )
+
+    @property
+    def notes(self) -> list[str]:
+        notes = []
+        if self.torn:
+            notes.append("the last line is half-written (a run still writing, or cut): left out")
+        if self.bad:
+            shown = ", ".join(map(str, self.bad[:5])) + (" …" if len(self.bad) > 5 else "")
+            notes.append(f"{len(self.bad)} line(s) that are not records left out (line {shown})")
+        if self.off_range:
+            notes.append(f"{self.off_range} record(s) with a step outside 0..2^63-1 left out")
+        return notes
+
+
 def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
     """Each record of a metrics file as JsonlSink wrote it (blank, invalid and non-record lines
     and lines over the limit skipped, a last line without its newline left out), its fields
@@ -258,7 +351,7 @@ def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
 
 
 def output_tail(run_dir: Path, max_bytes: int = OUTPUT_TAIL_BYTES) -> list[str]:
-    """The last lines of a script's output.log (at most `max_bytes` read from its end, the
+    """The last lines of a script's output log (at most `max_bytes` read from its end, the
     first line cut by the read left out), decoded leniently; [] without one."""
     fd = _open_fd(RunDir(run_dir).output_log)
     if fd is None:
@@ -273,3 +366,39 @@ def output_tail(run_dir: Path, max_bytes: int = OUTPUT_TAIL_BYTES) -> list[str]:
         os.close(fd)
     lines = data.decode("utf-8", "replace").splitlines()
     return lines[1:] if start > 0 and lines else lines
+
+
+class OutputTail:
+    """The lines appended to a run's output log since the last `read()`: the last
+    OUTPUT_TAIL_BYTES at first (the line that read cuts left out), at most OUTPUT_READ_BYTES
+    a call, a partial last line kept until its newline comes, a file that shrank read again
+    from its tail; decoded leniently, control characters stripped. Never waits on a FIFO
+    there, never follows a link."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset: int | None = None
+        self.partial = b""
+
+    def read(self) -> list[str]:
+        fd = _open_fd(self.path)
+        if fd is None:
+            return []
+        try:
+            size = os.fstat(fd).st_size
+            first = self.offset is None or size < self.offset  # first look, or truncated
+            if first:
+                self.offset, self.partial = max(0, size - OUTPUT_TAIL_BYTES), b""
+            assert self.offset is not None
+            data = os.pread(fd, OUTPUT_READ_BYTES, self.offset)
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
+        cut = first and self.offset > 0  # the tail starts mid-line
+        self.offset += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        if cut and lines:
+            lines = lines[1:]
+        return [strip_controls(line.decode("utf-8", "replace")) for line in lines]

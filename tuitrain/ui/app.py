@@ -5,10 +5,11 @@
 when the data changed) and hears about the run's end through a posted `RunEnded` message.
 Built with `host=None` it only watches the store it is given (snapshot tests, `watch`).
 
-Exit codes of `run_app`: 0 when the last run completed; 4 (EXIT_STOPPED) when it was stopped
-from the UI (q, then q or enter in the question it asks); the run's own exit code (1, or 2
-for a preset/data error) when the last run failed and the user quit; after `d` (detach),
-the run's own code once it ended headless.
+`run_app` returns a `RunExit`: the exit code and the run dir its last run wrote (the
+host's, made once: the ending and the next commands name it). Exit codes: 0 when the last
+run completed; 4 (EXIT_STOPPED) when it was stopped from the UI (q, then q or enter in the
+question it asks); the run's own exit code (1, or 2 for a preset/data error) when the last
+run failed and the user quit; after `d` (detach), the run's own code once it ended headless.
 
 Built without a host the app is a viewer (`tuitrain.ui.viewing`): a VIEWING badge, only the
 keys that act on what it shows, `q` closes it at once.
@@ -36,12 +37,13 @@ from textual.widgets import Footer
 from tuitrain.core.config import Config, describe_presets
 from tuitrain.core.control import MEMORY_ON_CPU
 from tuitrain.core.errors import EXIT_FAILED, EXIT_SIGINT
-from tuitrain.host.run import RunHost
+from tuitrain.host.run import RunExit, RunHost
 from tuitrain.host.stdio import native_stderr_to, say
 from tuitrain.metrics.format import format_duration
 from tuitrain.metrics.store import MetricStore
-from tuitrain.rundir.layout import prepare_run_dir
-from tuitrain.rundir.state import quiet_seconds
+from tuitrain.rundir.layout import OUTPUT_LOG, TRAIN_LOG, RunDir
+from tuitrain.rundir.read import OutputTail
+from tuitrain.rundir.state import quiet_seconds, writer_exited
 from tuitrain.ui.panels import is_script_run, panel_ids
 from tuitrain.ui.screens.help import HelpScreen
 from tuitrain.ui.screens.metrics import MetricsScreen
@@ -58,18 +60,17 @@ from tuitrain.ui.view import (
     ThreadCpuShare,
     failure,
     latest_alert,
+    paused_by_records,
     progress_after_latest,
-    silence,
-    writer_dead,
 )
-from tuitrain.ui.viewing import ViewingApp, paused_by_records
+from tuitrain.ui.viewing import ViewingApp
 from tuitrain.ui.widgets.banner import Banner, alert_text, failure_text
 from tuitrain.ui.widgets.datawait import DataWaitPanel
 from tuitrain.ui.widgets.events import EventLog
 from tuitrain.ui.widgets.loss import LossPanel
 from tuitrain.ui.widgets.memory import MemoryPanel
 from tuitrain.ui.widgets.metrics_panel import MetricsPanel
-from tuitrain.ui.widgets.output import OUTPUT_LOG, OutputLog, OutputTail
+from tuitrain.ui.widgets.output import OutputLog
 from tuitrain.ui.widgets.overview import OverviewPanel
 from tuitrain.ui.widgets.panel import Panel, compact_layout, esc
 from tuitrain.ui.widgets.scaler import ScalerPanel
@@ -83,7 +84,6 @@ if TYPE_CHECKING:
 PROFILE_STEPS = 20
 MEMORY_STEPS = 5  # m: steps of CUDA allocator history (each alloc/free with its stack)
 JOIN_TIMEOUT_S = 30.0  # after the app exits, how long run_app waits for the engine thread
-UI_TRACEBACK = "ui-traceback.txt"  # where a failed dashboard's traceback is kept
 QUIT_TIP = "Asks: stop and save (q again), detach (training goes on here), or cancel"
 
 __all__ = ["RunEnded", "TuitrainApp", "run_app"]
@@ -163,7 +163,7 @@ class TuitrainApp(ViewingApp):
         self._paused_shown = False  # which of space's two footer labels shows
         self.footer = Footer()
         self.ui_cpu = ThreadCpuShare()  # the UI thread's own CPU share, shown on live runs
-        self._dead = False  # watch mode: the run's writer is gone without an end record
+        self._dead = False  # watch mode: the run's writer exited (rundir.state.writer_exited)
         self._dead_checked = -math.inf
 
     # -- layout ----------------------------------------------------------------------------
@@ -221,9 +221,9 @@ class TuitrainApp(ViewingApp):
         self.screen.set_class(self.hosts_script or is_script_run(header), "-script")
 
     def follow_output_log(self) -> None:
-        """`watch` over a run dir that `tuitrain run` made: its output.log's tail, followed."""
+        """`watch` over a run dir that `tuitrain run` made: its output log's tail, followed."""
         path = self.watched_path
-        log_path = path.parent / OUTPUT_LOG if path is not None else None
+        log_path = RunDir(path.parent).output_log if path is not None else None
         if log_path is None or not log_path.is_file():
             return
         self.output_log = OutputLog()
@@ -275,15 +275,12 @@ class TuitrainApp(ViewingApp):
             now = time.monotonic()
             if path is not None and now - self._dead_checked >= 1.0:  # a probe a second
                 self._dead_checked = now
-                self._dead = writer_dead(snap, path, quiet)
-            dead = self._dead and snap.end is None
-            state = "paused" if paused_by_records(snap) else None  # display_state's otherwise
+                self._dead = writer_exited(path.parent, quiet)
             live_step, live_step_s = progress_after_latest(snap)
-            return Frame(
+            return Frame(  # its state: the one state rule's (rundir.state), as `runs` says
                 snap,
-                state,
-                silent_s=None if dead else silence(snap, quiet),
-                dead=dead,
+                quiet_s=quiet,
+                exited=self._dead,
                 live_step=live_step,
                 live_step_s=live_step_s,
             )
@@ -535,7 +532,7 @@ class TuitrainApp(ViewingApp):
         if host is None:
             self.notify(NO_PRESET, severity="warning")
             return
-        run_dir = host.run_dir / "parity" if host.run_dir is not None else None
+        run_dir = RunDir(host.run_dir).parity if host.run_dir is not None else None
         self.push_screen(
             ParityScreen(host.cfg, epochs=1, host=host, run_dir=run_dir, with_control=with_control)
         )
@@ -580,8 +577,8 @@ def in_terminal_foreground() -> bool:
 
 def carry_on_headless(host: RunHost, error: BaseException) -> int:
     """The dashboard failed: the run is not lost. Its traceback goes to the run dir
-    (ui-traceback.txt), training goes on to its end with line logs on stdout (checkpoints,
-    metrics.jsonl as before), its end record says the UI failed, and the exit code is 1 (the
+    (UI_TRACEBACK), training goes on to its end with line logs on stdout (checkpoints, the
+    metrics file as before), its end record says the UI failed, and the exit code is 1 (the
     signal's code when one stopped it)."""
     import traceback
 
@@ -595,7 +592,7 @@ def carry_on_headless(host: RunHost, error: BaseException) -> int:
     if run_dir is not None:
         try:
             where = write_atomic_text(
-                Path(run_dir) / UI_TRACEBACK, "".join(traceback.format_exception(error))
+                RunDir(run_dir).ui_traceback, "".join(traceback.format_exception(error))
             )
         except Exception:  # noqa: BLE001 - a full disk: the message still says what failed
             where = None
@@ -628,20 +625,20 @@ def run_app(
     overrides: Sequence[str],
     dist: DistInfo | None = None,
     resume: dict[str, Any] | None = None,
-) -> int:
+) -> RunExit:
     """Run the dashboard over `cfg` (resuming `resume`, a checkpoint's state, when given)
     until the user quits; no engine thread outlives it, unless the user detached (`d`):
-    then the run goes on here headless to its end.
+    then the run goes on here headless to its end. The exit code and the last run's dir.
 
-    Native stderr (torch's C++ warnings, profiler logs) goes to the first run dir's
-    native-stderr.log while the app draws, so it cannot scribble over the screen. Under
-    torchrun (`dist`, rank 0) the engine thread runs rank 0's part of the job and tells the
-    other ranks what to do next (see `RunHost`).
+    The host makes the run dir once, here, before the app starts: native stderr (torch's
+    C++ warnings, profiler logs) goes to the first run dir's NATIVE_STDERR while the app
+    draws, so it cannot scribble over the screen. Under torchrun (`dist`, rank 0) the
+    engine thread runs rank 0's part of the job and tells the other ranks what to do next
+    (see `RunHost`).
     """
-    run_dir = prepare_run_dir(cfg)
-    host = RunHost(cfg, MetricStore(), run_dir=run_dir, dist=dist, resume=resume, steerable=True)
+    host = RunHost(cfg, MetricStore(), dist=dist, resume=resume, steerable=True)
     code: int | None = None
-    with native_stderr_to(run_dir / "native-stderr.log"):
+    with native_stderr_to(RunDir(host.make_run_dir()).native_stderr):
         app = TuitrainApp(host=host, overrides=overrides)
         try:
             code = app.run()
@@ -651,9 +648,9 @@ def run_app(
                 last.request_stop("quit from the UI")
                 last.join(0.5)
     if app.ui_failure is not None:
-        return carry_on_headless(last, app.ui_failure)
+        return RunExit(carry_on_headless(last, app.ui_failure), last.run_dir)
     if app.detached and last.alive:
-        return carry_on_detached(last)
+        return RunExit(carry_on_detached(last), last.run_dir)
     if last.alive:
         say(
             f"tuitrain: waiting up to {JOIN_TIMEOUT_S:.0f} s for the engine to finish its step "
@@ -668,7 +665,7 @@ def run_app(
             say("tuitrain: exiting without waiting for the engine")
     if last.run_dir is not None:
         say(f"tuitrain: run dir {last.run_dir}")
-    return code if isinstance(code, int) else app.exit_code()
+    return RunExit(code if isinstance(code, int) else app.exit_code(), last.run_dir)
 
 
 def carry_on_detached(host: RunHost) -> int:
@@ -730,5 +727,5 @@ def log_of(run_dir: str | None, script: bool) -> str | None:
     """The run's log file a failure's traceback is in: the engine's train.log; a script's
     output.log where `tuitrain run` wrote one; None for a script run directly."""
     if not script:
-        return "train.log"
-    return OUTPUT_LOG if run_dir and (Path(run_dir) / OUTPUT_LOG).is_file() else None
+        return TRAIN_LOG
+    return OUTPUT_LOG if run_dir and RunDir(run_dir).output_log.is_file() else None

@@ -32,14 +32,12 @@ from tuitrain.metrics.format import DASH
 from tuitrain.metrics.records import CLASSIFY_DECLARATION, format_metric
 from tuitrain.metrics.store import MetricStore, Series, Snapshot
 from tuitrain.rundir.layout import METRICS_NAME
-from tuitrain.rundir.lock import writer_gone
 from tuitrain.rundir.segments import segment_seconds
-from tuitrain.rundir.state import quiet_seconds, run_status
+from tuitrain.rundir.state import quiet_seconds, run_status, writer_exited
 from tuitrain.rundir.summary import VAL_LOSS, RunSummary, eval_names, judged_metric, summary_of
 from tuitrain.ui.screens.help import HelpScreen, binding_commands
 from tuitrain.ui.stopping import StoppingApp
 from tuitrain.ui.view import (
-    DEAD_AFTER_QUIET_S,
     LOSS_SMOOTHING,
     PLOT_INTERVAL_S,
     TEXT_INTERVAL_S,
@@ -130,12 +128,7 @@ def run_state(snap: Snapshot, path: Path) -> str:
     if snap.header is None:
         return "starting" if path.exists() else "waiting"
     quiet = quiet_seconds(path)
-    exited = (
-        snap.end is None
-        and quiet is not None
-        and quiet >= DEAD_AFTER_QUIET_S
-        and writer_gone(path.parent)
-    )
+    exited = snap.end is None and writer_exited(path.parent, quiet)
     state = run_status(snap.header, snap.end, snap.latest, quiet, exited)
     if state == "running" and snap.events and snap.events[-1].get("kind") == "pause":
         return "paused"

@@ -20,6 +20,7 @@ from typing import Any
 from tuitrain.metrics.format import format_value, human_bytes
 from tuitrain.metrics.records import (
     CLASSIFY_DECLARATION,
+    CLASSIFY_PRIMARY,
     CONTRACT_FIELDS,
     Record,
     task_declaration,
@@ -99,12 +100,14 @@ def metric_spec(name: str, declared: Mapping[str, Mapping[str, Any]]) -> dict[st
 
 def declared_metrics(header: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     """The header's metric declarations by name: an old header (no `task`) is a
-    classifier's; otherwise what it declares, and the contract's val_acc a share wherever
-    it is not declared (a script's accuracy). A script's loss has no unit it did not say."""
+    classifier's; otherwise what it declares, and the contract's accuracy (CLASSIFY_PRIMARY)
+    a share wherever it is not declared (a script's `val/acc`). A script's loss has no unit
+    it did not say."""
+    classify = {m["name"]: m for m in CLASSIFY_DECLARATION["metrics"]}
     if not isinstance((header or {}).get("task"), Mapping):
-        return {m["name"]: m for m in CLASSIFY_DECLARATION["metrics"]}
-    share = {"name": "val_acc", "split": "val", "goal": "max", "format": "pct", "unit": ""}
-    return {"val_acc": share} | {m["name"]: m for m in task_declaration(header)["metrics"]}
+        return classify
+    share = {CLASSIFY_PRIMARY: classify[CLASSIFY_PRIMARY]}
+    return share | {m["name"]: m for m in task_declaration(header)["metrics"]}
 
 
 def own_metric_names(snap: Snapshot) -> list[str]:

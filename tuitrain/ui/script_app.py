@@ -18,6 +18,7 @@ from tuitrain.client.proctree import TreeSampler
 from tuitrain.core.text import strip_controls
 from tuitrain.metrics.store import MetricStore
 from tuitrain.rundir.follow import JsonlFollower
+from tuitrain.rundir.layout import OUTPUT_LOG, RunDir
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.widgets.output import MAX_OUTPUT_LINES, OutputLog
 
@@ -134,7 +135,7 @@ class ScriptApp(TuitrainApp):
         self.lines_skipped += skipped
         self.lines_shown += len(lines)
         if skipped:
-            self.output_log.write(f"[{skipped} lines skipped; output.log has them]")
+            self.output_log.write(f"[{skipped} lines skipped; {OUTPUT_LOG} has them]")
         for line in lines:
             self.output_log.write(strip_controls(line))
 
@@ -150,8 +151,8 @@ class ScriptApp(TuitrainApp):
         newest = runs[-1]
         self.follower.stop()
         self.store.reset()
-        self.follower = JsonlFollower(newest / "metrics.jsonl", self.store)
-        self.watched_path = newest / "metrics.jsonl"
+        self.watched_path = RunDir(newest).metrics
+        self.follower = JsonlFollower(self.watched_path, self.store)
         self.alerts_seen = 0
         self.reset_view()
         self._text_version = (-1, False)

@@ -17,11 +17,7 @@ from typing import Any
 from tuitrain.metrics.format import DASH, eta_seconds, format_value
 from tuitrain.metrics.records import Record
 from tuitrain.metrics.store import Series, Snapshot
-
-# the silence rule is runfile's, shared with `tuitrain runs` (re-exported for the UI)
-from tuitrain.rundir.state import (
-    silent_after_s,
-)
+from tuitrain.rundir.state import run_status, writer_exited
 
 LOSS_SMOOTHING = 0.6  # EMA weight, as in TensorBoard's and W&B's smoothing slider
 
@@ -117,48 +113,69 @@ def config_section(snap: Snapshot, section: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def derived_state(snap: Snapshot) -> str:
-    """The run state as far as the records tell (watch mode, or before the engine says)."""
-    if snap.end is not None:
-        return str(snap.end.get("status") or "stopped")
-    if snap.header is None:
+def record_state(snap: Snapshot, quiet_s: float | None = None, exited: bool = False) -> str:
+    """The run's state by the one state rule (`rundir.state.run_status`: the end record's
+    status, crashed, silent, running) over what a snapshot knows: its header, end record
+    and latest train record, how long its file has been still (`quiet_s`) and whether its
+    writer exited (`exited`, `rundir.state.writer_exited`); "starting" before a header."""
+    if snap.header is None and snap.end is None:
         return "starting"
-    last = snap.events[-1] if snap.events else None
-    if last is not None and last.get("kind") == "pause":
-        return "paused"
-    return "running"
+    return run_status(snap.header, snap.end, snap.latest, quiet_s, exited)
 
 
-DEAD_AFTER_QUIET_S = 1.0  # the lock is free and the file this still: no end record is coming
+def paused_by_records(snap: Snapshot) -> bool:
+    """The run is paused as far as its records tell: its newest pause/resume event is a
+    pause, and no end record came."""
+    if snap.end is not None:
+        return False
+    for event in reversed(snap.events):
+        kind = event.get("kind")
+        if kind in ("pause", "resume"):
+            return kind == "pause"
+    return False
+
+
+def display_state(
+    snap: Snapshot,
+    engine_state: str | None = None,
+    *,
+    pausing: bool = False,
+    quiet_s: float | None = None,
+    exited: bool = False,
+) -> str:
+    """The state the status bar shows: the engine's for a live run (compiling, evaluating,
+    paused ...), else `record_state`'s, with the viewer's own on top: paused after a pause
+    event, pausing while a pause is asked."""
+    if engine_state not in (None, "idle"):
+        state = str(engine_state)
+    else:
+        state = record_state(snap, quiet_s, exited)
+        if state == "running" and paused_by_records(snap):
+            state = "paused"
+    if pausing and state not in ("paused", "completed", "stopped", "failed"):
+        return "pausing"
+    return state
+
+
+def derived_state(snap: Snapshot) -> str:
+    """The run state as far as the records tell, the file's stillness and its writer left
+    aside (starting, paused, running, or the end record's status)."""
+    return display_state(snap)
 
 
 def writer_dead(snap: Snapshot, path: Path, quiet_s: float | None) -> bool:
-    """Watch mode: the run has a header and no end record, its file has been still for a
-    second (an end record written just before the writer exited is read by then), and no
-    process holds its run dir's lock: it died without saying so."""
-    from tuitrain.rundir.lock import writer_gone
-
-    if snap.end is not None or snap.header is None or quiet_s is None:
+    """Watch mode: the state rule says crashed for the run at `path` (its metrics file):
+    no end record, and its writer exited (`rundir.state.writer_exited`)."""
+    if snap.end is not None or snap.header is None:
         return False
-    return quiet_s >= DEAD_AFTER_QUIET_S and writer_gone(path.parent)
+    return record_state(snap, quiet_s, writer_exited(path.parent, quiet_s)) == "crashed"
 
 
 def silence(snap: Snapshot, quiet_s: float | None) -> float | None:
-    """Watch mode: how long a run without an `end` record has written nothing, when that is
-        far longer than its own log interval (killed by -9, the OOM killer, a lost node), else
-        None. The threshold is runfile's `silent_after_s` (the log interval: the last step time x
-    log_every from the header; 10 minutes where it is unknown)."""
-    if quiet_s is None or snap.end is not None or snap.header is None:
-        return None
-    return quiet_s if quiet_s > silent_after_s(snap.header, snap.latest) else None
-
-
-def display_state(snap: Snapshot, engine_state: str | None, *, pausing: bool = False) -> str:
-    """The live state from the engine's control, falling back to the records."""
-    state = engine_state if engine_state not in (None, "idle") else derived_state(snap)
-    if pausing and state not in ("paused", "completed", "stopped", "failed"):
-        return "pausing"
-    return state or derived_state(snap)
+    """Watch mode: how long a run without an `end` record has written nothing, when the
+    state rule says silent (far longer than its own log interval: killed by -9, the OOM
+    killer, a lost node), else None."""
+    return quiet_s if record_state(snap, quiet_s) == "silent" else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,11 +330,33 @@ class Frame:
     live: bool = False  # a run is hosted by this process (not watching records)
     host_memory: int | None = None  # physical memory of this machine, live CPU runs only
     elapsed_s: float | None = None  # wall time since the live run started
-    silent_s: float | None = None  # watch mode: how long a run without an end wrote nothing
-    dead: bool = False  # watch mode: no end record, and no process holds the run's lock
+    quiet_s: float | None = None  # watch mode: how long the run's file has been still
+    exited: bool = False  # watch mode: its writer exited (rundir.state.writer_exited)
     ui_cpu_frac: float | None = None  # live: the UI thread's CPU time per wall second
     live_step: int | None = None  # live: the last step the engine finished (Control.step)
     live_step_s: float | None = None  # live: seconds a step, from how live_step advances
+
+    @property
+    def state(self) -> str:
+        """What the status bar shows (display_state over what the frame knows)."""
+        return display_state(
+            self.snap,
+            self.engine_state,
+            pausing=self.pausing,
+            quiet_s=self.quiet_s,
+            exited=self.exited,
+        )
+
+    @property
+    def dead(self) -> bool:
+        """The state rule says crashed: no end record, and its writer exited."""
+        return record_state(self.snap, self.quiet_s, self.exited) == "crashed"
+
+    @property
+    def silent_s(self) -> float | None:
+        """How long a run the state rule calls silent has written nothing, else None."""
+        silent = record_state(self.snap, self.quiet_s, self.exited) == "silent"
+        return self.quiet_s if silent else None
 
 
 class StepClock:

@@ -23,6 +23,7 @@ from tuitrain.metrics.store import MetricStore, Snapshot
 from tuitrain.rundir.control import ChannelError, send_request, steerable
 from tuitrain.ui.screens.quit import QuitScreen
 from tuitrain.ui.session import NEEDS_ENGINE, SessionApp
+from tuitrain.ui.view import paused_by_records
 
 STEER_CHECK_S = 1.0  # how often a viewer looks whether its run can be steered
 # actions that need the hosted engine in this process (never a viewer's)
@@ -92,18 +93,6 @@ class Steering:
         return request_id
 
 
-def paused_by_records(snap: Snapshot) -> bool:
-    """The run is paused as far as its records tell: its newest pause/resume event is a
-    pause, and no end record came."""
-    if snap.end is not None:
-        return False
-    for event in reversed(snap.events):
-        kind = event.get("kind")
-        if kind in ("pause", "resume"):
-            return kind == "pause"
-    return False
-
-
 class ViewingApp(SessionApp):
     """`SessionApp` plus what a viewer needs: built without a host it watches records (its
     `watched_path`), shows the badge, offers only the keys that act and steers a live hosted
@@ -116,7 +105,7 @@ class ViewingApp(SessionApp):
         overrides: Sequence[str] = (),
     ) -> None:
         super().__init__(store=store, host=host, overrides=overrides)
-        self.watched_path: Path | None = None  # watch mode: the followed metrics.jsonl
+        self.watched_path: Path | None = None  # watch mode: the followed metrics file
         self.steering: Steering | None = None  # watch mode: a live hosted run's control channel
         self.back_to: str | None = None  # opened from `tuitrain runs`: escape goes back
 

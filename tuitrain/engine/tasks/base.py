@@ -5,9 +5,9 @@ The engine trains through `Task` (below): its methods and declarations, with no-
 * `training_step(model, batch)` -> the loss (a scalar tensor), or `(loss, {name: scalar})`;
 * `validation_step(model, batch)` -> `{name: tensor}`: a scalar (the batch's mean) or one
   value per item (a 1-D tensor of the batch's length); the engine averages each over the
-  validation set, weighted by the batch size; `loss` becomes the eval record's `val_loss`,
-  `acc` its `val_acc`, any other `name` `val_<name>`. The default (None): the training loss
-  on the validation set;
+  validation set, weighted by the batch size; each `name` becomes the eval record's
+  `val_<name>` (`loss` its `val_loss`). The default (None): the training loss on the
+  validation set;
 * `batch_size(batch)` (default: the first dimension of the first tensor), `tokens(batch)`
   (an int: the records then carry `tokens_per_s`; default None, not counted), `primary` and
   `mode` (the validation metric that best-so-far, parity and alerts use: default `loss` /
@@ -165,7 +165,7 @@ def as_task(obj: Any, spec: str) -> Task:
 
 
 def eval_key(name: str) -> str:
-    """The eval record's field for a validation metric: loss -> val_loss, acc -> val_acc."""
+    """The eval record's field for a validation metric: loss -> val_loss, bpc -> val_bpc."""
     return f"val_{name}"
 
 

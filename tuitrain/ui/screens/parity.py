@@ -34,7 +34,9 @@ from tuitrain.metrics.parity_report import (
     ParityStores,
     format_p,
 )
+from tuitrain.metrics.records import CLASSIFY_PRIMARY
 from tuitrain.metrics.store import Snapshot
+from tuitrain.rundir.layout import PARITY_JSON, RunDir
 from tuitrain.ui.widgets.chart import Line, MetricChart
 
 if TYPE_CHECKING:
@@ -164,7 +166,7 @@ class ParityScreen(ModalScreen[None]):
             from tuitrain.metrics.parity_report import record_verdict
 
             # the verdict becomes an event of the run the check was started from
-            record_verdict(host.run_dir, self.result, run_dir, host.store)
+            record_verdict(RunDir(host.run_dir).metrics, self.result, run_dir, host.store)
 
     @property
     def running(self) -> bool:
@@ -246,7 +248,7 @@ class ParityScreen(ModalScreen[None]):
             return f"cancelled: {r.message}", "error"
         if r.verdict == "ERROR":
             return f"ERROR: {r.message}", "error"
-        where = f"\nparity.json in {self.run_dir}" if self.run_dir is not None else ""
+        where = f"\n{PARITY_JSON} in {self.run_dir}" if self.run_dir is not None else ""
         control = f"\n{line}" if (line := r.control_line()) else ""
         if r.metric is not None:  # a task other than classify: its primary metric
             return r.summary().removeprefix("parity ") + control + where, r.verdict.lower()
@@ -347,7 +349,7 @@ def early_losses(snap: Snapshot) -> Mapping[str, list[float]]:
 
 
 def _acc(evals: list[Mapping[str, Any]], i: int) -> float | None:
-    value = evals[i].get("val_acc") if i < len(evals) else None
+    value = evals[i].get(CLASSIFY_PRIMARY) if i < len(evals) else None
     return float(value) if value is not None else None
 
 

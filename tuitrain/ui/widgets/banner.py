@@ -7,12 +7,13 @@ from typing import Any
 
 from textual.widgets import Static
 
+from tuitrain.rundir.layout import TRAIN_LOG
 from tuitrain.ui.view import Failure
 from tuitrain.ui.widgets.panel import esc
 
 
 def failure_text(
-    fail: Failure, run_dir: str | None, *, can_pick: bool = True, log: str | None = "train.log"
+    fail: Failure, run_dir: str | None, *, can_pick: bool = True, log: str | None = TRAIN_LOG
 ) -> str:
     """The failure as the banner shows it: message, hint, where the traceback is, and the
     keys that act now (`p` only where a preset can be started: the hosted dashboard)."""

@@ -21,6 +21,7 @@ from tuitrain.metrics.format import precision_label
 from tuitrain.metrics.records import Record, eval_metric_items
 from tuitrain.metrics.sinks import SEQ_KEY, STEP_KEY
 from tuitrain.metrics.store import Snapshot
+from tuitrain.rundir.layout import METRICS_NAME
 from tuitrain.ui.panels import (
     declared_metrics,
     eval_label,
@@ -67,7 +68,7 @@ def ordered_records(snap: Snapshot) -> list[Record]:
 def eval_line(rec: Record, header: Record | None = None) -> str:
     """Where the evaluation happened (``epoch 2 done``, ``eval at step 50``), the validation
     loss with its declared unit, then each validation metric the record holds, formatted as
-    the header declares it (a classifier's val_acc as a percentage)."""
+    the header declares it (a classifier's accuracy as a percentage)."""
     declared = declared_metrics(header)
     parts: list[str] = []
     for name, value in eval_metric_items(rec):  # the task's validation metrics
@@ -157,7 +158,7 @@ class EventLog(RichLog):
             new.append(rec)
         if len(new) > MAX_BURST:  # writing each one is ~0.4 ms of the UI thread
             skipped = len(new) - MAX_BURST
-            self.add(None, f"… {skipped:,} earlier events and evaluations (all in metrics.jsonl)")
+            self.add(None, f"… {skipped:,} earlier events and evaluations (all in {METRICS_NAME})")
             new = new[skipped:]
         self._header = snap.header  # the declaration: how each metric reads
         for rec in new:

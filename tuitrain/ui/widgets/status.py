@@ -14,7 +14,6 @@ from tuitrain.metrics.format import (
 from tuitrain.ui.panels import is_script_run
 from tuitrain.ui.view import (
     Frame,
-    display_state,
     format_seconds,
     progress,
     progress_bar,
@@ -53,11 +52,7 @@ class StatusBar(Static):
     def render_text(self, frame: Frame, *, stopping: bool = False) -> str:
         snap = frame.snap
         header = snap.header or {}
-        state = display_state(snap, frame.engine_state, pausing=frame.pausing)
-        if frame.silent_s is not None:
-            state = "silent"
-        if frame.dead:
-            state = "crashed"
+        state = frame.state  # the state rule's (rundir.state), the viewer's own on top
         if stopping and state not in ("completed", "stopped", "failed"):
             state = "stopping"
         style = STATE_STYLE.get(state, "$foreground")
