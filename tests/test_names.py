@@ -27,14 +27,7 @@ ACCURACY_HOMES = ("engine/tasks/classify.py", "metrics/records.py")
 # Files that other #49 changes rewrite at the same time (the gate and the endings: their
 # names come with that rewrite; rundir.control and client.ranks keep a copy of their folder's
 # name). Each is checked again once it is off this list.
-PENDING = {
-    "commands/gate.py",
-    "rundir/ending.py",
-    "rundir/control.py",
-    "client/ranks.py",
-    "rundir/follow.py",
-    "commands/runs.py",
-}
+PENDING: set[str] = set()  # files whose names are still to move into the layout: none
 
 
 def sources() -> list[Path]:

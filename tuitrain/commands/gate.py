@@ -53,6 +53,7 @@ from typing import Any
 from tuitrain.core.errors import EXIT_USAGE, OneLineParser, UserError
 from tuitrain.metrics.records import EVAL_PREFIX, task_declaration, valid_step
 from tuitrain.rundir.ending import figures as run_figures
+from tuitrain.rundir.layout import METRICS_NAME
 from tuitrain.rundir.summary import Judged, RunSummary, judged_metric, summarize_metrics
 
 EXIT_GATE_FAIL = 1
@@ -72,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compare a candidate run with a baseline run: exit 1 when it is slower "
         "or worse by more than the limits (noise-aware), 0 otherwise, 2 for a bad run.",
     )
-    p.add_argument("baseline", metavar="BASELINE", help="a run dir or its metrics.jsonl")
-    p.add_argument("candidate", metavar="CANDIDATE", help="a run dir or its metrics.jsonl")
+    p.add_argument("baseline", metavar="BASELINE", help=f"a run dir or its {METRICS_NAME}")
+    p.add_argument("candidate", metavar="CANDIDATE", help=f"a run dir or its {METRICS_NAME}")
     p.add_argument(
         "--max-slowdown", type=float, default=10.0, metavar="PCT",
         help="the largest slowdown of median samples/s that passes, in percent (default 10)",
@@ -130,7 +131,7 @@ def metrics_path(target: str) -> Path:
 
     path = run_target(target)
     if not path.is_file():
-        raise UserError(f"{target}: no run there (no metrics.jsonl file); pass a run dir.")
+        raise UserError(f"{target}: no run there (no {METRICS_NAME} file); pass a run dir.")
     return path
 
 

@@ -9,7 +9,7 @@ O_NOFOLLOW, mode 0600, then renamed into place, so the host never reads half a r
 The host (`Inbox.take`, polled by `tuitrain.host.steer`) reads and deletes them and applies
 them to the run's `Control`, which the engine reads at its next step boundary, as it reads a
 key of the dashboard. It answers each request with an event record (kind "control") in
-metrics.jsonl, which the viewer follows.
+the run's metrics file, which the viewer follows.
 
 Only the run's own user can steer it:
 - the directory is made with mode 0700 and checked (lstat: a real directory, not a link,

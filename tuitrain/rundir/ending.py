@@ -159,9 +159,9 @@ def checkpoint_count(run_dir: Path) -> int:
 def failure_lines(output: Sequence[str]) -> list[str]:
     """A failed script's last output lines and where its last traceback points."""
     if not output:
-        return ["  the script printed nothing (output.log is empty)"]
+        return [f"  the script printed nothing ({OUTPUT_LOG} is empty)"]
     shown = [line.rstrip() for line in output[-LAST_OUTPUT_LINES:]]
-    lines = ["  last output (output.log):"]
+    lines = [f"  last output ({OUTPUT_LOG}):"]
     lines += [f"    | {line[:LINE_WIDTH]}{'…' if len(line) > LINE_WIDTH else ''}" for line in shown]
     if where := traceback_site(output):
         lines.append(f"  traceback points at {where}")

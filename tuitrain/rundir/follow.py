@@ -1,4 +1,4 @@
-"""Feed a MetricStore from a metrics.jsonl file: replay it, then follow it as it grows.
+"""Feed a MetricStore from a run's metrics file: replay it, then follow it as it grows.
 
 For `tuitrain watch`, and the dashboard of a resumed run (`replay`). Robust to what real
 files do: a truncated last line (a run killed mid-write) waits for its newline or is skipped,
@@ -243,5 +243,5 @@ def replay(path: Path, store: MetricStore) -> int:
 
 
 def resolve_metrics_path(target: str | Path) -> Path:
-    """A run dir or a metrics.jsonl path -> the metrics file: runfile's `metrics_path`."""
+    """A run dir or a metrics file's path -> the metrics file: `read.metrics_path`."""
     return metrics_path(target)
