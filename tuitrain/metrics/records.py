@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from tuitrain.metrics.numbers import format_value
+
 Record = Mapping[str, Any]
 
 
@@ -594,11 +596,9 @@ def eval_metric_items(rec: Mapping[str, Any]) -> list[tuple[str, float | None]]:
 
 def format_metric(value: float | None, fmt: str = "float") -> str:
     """A metric as the dashboard and the log lines show it: pct as 85.31%, else four
-    significant digits at every magnitude (metrics.format.format_value); None as "–"."""
+    significant digits at every magnitude (metrics.numbers.format_value); None as "–"."""
     if value is None:
         return "–"
-    from tuitrain.metrics.format import format_value  # the one number format (imports this)
-
     return format_value(value, fmt)
 
 
