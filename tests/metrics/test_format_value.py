@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tuitrain.metrics.format import DASH, SIG_DIGITS, format_value
+from tuitrain.metrics.numbers import DASH, SIG_DIGITS, format_value
 
 MANTISSAS = (1.0, 1.0005, 1.2345, 2.5, 5.55555, 9.87654, 9.9994, 9.99996)
 
