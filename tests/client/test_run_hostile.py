@@ -209,8 +209,9 @@ def check_end(recs: list[dict[str, Any]], kind: str, code: int, signalled: bool)
     if code != 0:
         assert end["status"] != "completed"  # a non-zero exit is never "completed"
     if kind == "failed" or (kind == "completed" and code == 0):
-        assert end["reason"] == "r"  # the script's own record stands
-        assert sum(r["type"] == "end" for r in recs) == 1
+        assert end["reason"] == "r" and end["status"] == kind  # the script's own verdict
+        assert end["summary"] == {"best": 1} and end["exit_code"] == code  # the code added
+        assert sum(r["type"] == "end" for r in recs) == 2
         return
     assert end["exit_code"] == code and f"code {code}" in end["reason"]
     assert end["step"] == (7 if kind != "nothing" else 0)  # the last step seen, not 0

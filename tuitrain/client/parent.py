@@ -495,22 +495,20 @@ def ensure_end(
     grace_s: float = GRACE_S, newest: bool = True,
 ) -> None:  # fmt: skip
     """Append an end record when the script left none (and a header when it wrote nothing),
-    or a later one when it left "completed" but exited non-zero, or left no exit code (null,
-    or none: a `finish()` called before the script ended); a warning event first when it
-    left processes behind. The end record names the exit code and the last step seen. A run
-    that is not the script's `newest` (a k-fold loop's earlier folds) keeps an end record of
-    its own as it is: the exit code, and what was left running, are the last run's."""
+    or a later one when it left "completed" but exited non-zero, or left an exit code it
+    could not read (null); a copy of its own end record with the exit code when it ended
+    the run itself before the process ended (`wandb.finish()`, `run.finish()`: no exit
+    code in it); a warning event first when it left processes behind. The end record names
+    the exit code and the last step seen. A run that is not the script's `newest` (a k-fold
+    loop's earlier folds) keeps an end record of its own as it is: the exit code, and what
+    was left running, are the last run's."""
     last, step = last_records(metrics)
     left_end = last is not None and last.get("type") == "end"
-    # the script's end record does not know how the process ends (null, or no exit_code at
-    # all: `wandb.finish()`, `run.finish()` before the script returns): this run does
-    unread = left_end and newest and (last or {}).get("exit_code") is None
-    wrong = (
-        left_end
-        and newest
-        and (unread or (code != 0 and (last or {}).get("status") == "completed"))
-    )
-    if left_end and not wrong and not leftovers:
+    own = last or {}
+    unread = left_end and newest and "exit_code" in own and own["exit_code"] is None
+    wrong = left_end and newest and (unread or (code != 0 and own.get("status") == "completed"))
+    untold = left_end and newest and not wrong and "exit_code" not in own
+    if left_end and not wrong and not untold and not leftovers:
         return
     from tuitrain.metrics.records import header_record
     from tuitrain.metrics.sinks import JsonlSink
@@ -534,6 +532,14 @@ def ensure_end(
                     commands=list(leftovers[:SHOWN_LEFTOVERS]),
                 )
             )  # fmt: skip
+        if untold:  # the script's own verdict stands; the exit code is added
+            sink.write(
+                end_record(
+                    str(own.get("status") or "stopped"), str(own.get("reason") or ""),
+                    step if step is not None else 0, carried=own, exit_code=code,
+                )
+            )  # fmt: skip
+            return
         if left_end and not wrong:
             return
         if signalled and code > 128:
