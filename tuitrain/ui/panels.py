@@ -88,14 +88,24 @@ PCT_FIELDS = frozenset({"data_wait_frac", "mfu"})
 PANEL_CONTRACT = ("lr", "grad_norm")  # the contract's series the Metrics panel lists too
 
 
-def metric_spec(name: str, declared: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """{name, goal, format, unit} of one series: as the header declares it, else by name."""
+def metric_spec(
+    name: str, declared: Mapping[str, Mapping[str, Any]], alias: str = ""
+) -> dict[str, Any]:
+    """{name, goal, format, unit, alias} of one series: as the header declares it, else by
+    name; `alias` the name a script logged it under, where that differs (records.aliases)."""
     spec = declared.get(name)
     if spec is not None:
-        return {k: spec.get(k) for k in ("name", "goal", "format", "unit")}
+        return {**{k: spec.get(k) for k in ("name", "goal", "format", "unit")}, "alias": alias}
     fmt = "pct" if name in PCT_FIELDS else ("bytes" if name.endswith("_bytes") else "float")
     goal = "min" if name in ("loss", "val_loss") else None
-    return {"name": name, "goal": goal, "format": fmt, "unit": ""}
+    return {"name": name, "goal": goal, "format": fmt, "unit": "", "alias": alias}
+
+
+def metric_label(spec: Mapping[str, Any]) -> str:
+    """A series' name as a reader shows it: `val_top1 (eval_top1)` where the script logged it
+    under another name, else the name alone."""
+    alias = spec.get("alias")
+    return f"{spec['name']} ({alias})" if alias else str(spec["name"])
 
 
 def declared_metrics(header: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
@@ -132,7 +142,7 @@ def all_metric_specs(snap: Snapshot) -> list[dict[str, Any]]:
     names = [n for n in FIRST if n in snap.series] + own_metric_names(snap)
     names += [n for n in CONTRACT_ORDER if n in snap.series and n not in names]
     names += [n for n in snap.series if n not in names and n not in SKIPPED]
-    return [metric_spec(n, declared) for n in names]
+    return [metric_spec(n, declared, snap.aliases.get(n, "")) for n in names]
 
 
 def panel_metric_specs(snap: Snapshot) -> list[dict[str, Any]]:
@@ -140,7 +150,7 @@ def panel_metric_specs(snap: Snapshot) -> list[dict[str, Any]]:
     grad norm."""
     declared = declared_metrics(snap.header)
     names = own_metric_names(snap) + [n for n in PANEL_CONTRACT if n in snap.series]
-    return [metric_spec(n, declared) for n in names]
+    return [metric_spec(n, declared, snap.aliases.get(n, "")) for n in names]
 
 
 def metric_text(value: float | None, spec: Mapping[str, Any]) -> str:
