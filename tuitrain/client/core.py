@@ -382,6 +382,7 @@ class Run:
         self._inflight: list[_Batch] = []
         self._last_row: tuple[int, float] | None = None  # (step, time) of the last train row
         self._aliases: dict[str, str] = {}  # {field: the key the script logged it under}
+        self._loss_seen = False  # a run that logs a loss times its steps by the loss's rows
         self._said: set[str] = set()
         self._axes: dict[str, str] = {}  # define_metric: glob -> the metric that is its x
         self._started = time.perf_counter()
@@ -773,9 +774,13 @@ class Run:
                     names[field] = key
             if train:
                 step_time_s = None
-                if self._last_row is not None and step > self._last_row[0]:
-                    step_time_s = (at - self._last_row[1]) / (step - self._last_row[0])
-                self._last_row = (step, at)
+                self._loss_seen = self._loss_seen or "loss" in train
+                # a row without the loss in a run that logs one (test metrics a step after the
+                # last train step, a summary) is no training step: not timed, no anchor
+                if "loss" in train or not self._loss_seen:
+                    if self._last_row is not None and step > self._last_row[0]:
+                        step_time_s = (at - self._last_row[1]) / (step - self._last_row[0])
+                    self._last_row = (step, at)
                 newest, newest_at = script_train_record(step, train, step_time_s), at
                 out.append(newest)
             if val:

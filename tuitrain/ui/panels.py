@@ -22,6 +22,7 @@ from tuitrain.metrics.records import (
     CLASSIFY_DECLARATION,
     CLASSIFY_PRIMARY,
     CONTRACT_FIELDS,
+    EVAL_PREFIX,
     Record,
     task_declaration,
 )
@@ -96,9 +97,24 @@ def metric_spec(
     spec = declared.get(name)
     if spec is not None:
         return {**{k: spec.get(k) for k in ("name", "goal", "format", "unit")}, "alias": alias}
+    twin = declared.get(twin_name(name))
+    if twin is not None:  # one format a metric: `acc` as its declared `val_acc` (98.44%)
+        return {"name": name, "goal": twin.get("goal"), "format": twin.get("format"),
+                "unit": twin.get("unit"), "alias": alias}  # fmt: skip
     fmt = "pct" if name in PCT_FIELDS else ("bytes" if name.endswith("_bytes") else "float")
     goal = "min" if name in ("loss", "val_loss") else None
     return {"name": name, "goal": goal, "format": fmt, "unit": "", "alias": alias}
+
+
+def twin_name(name: str) -> str:
+    """The same metric on the other split: `val_acc` for `acc`, `train/acc` or `train_acc`;
+    `acc` for `val_acc`; a script's `val/acc` (as the client writes it) `val_acc`."""
+    if name.startswith(EVAL_PREFIX):
+        return name.removeprefix(EVAL_PREFIX)
+    for prefix in ("val/", "eval/", "validation/", "eval_"):
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return EVAL_PREFIX + name[len(prefix) :].replace("/", "_")
+    return EVAL_PREFIX + name.removeprefix("train/").removeprefix("train_")
 
 
 def metric_label(spec: Mapping[str, Any]) -> str:
@@ -202,7 +218,8 @@ def spark_rows(
     """`values` as `height` lines of `width` block characters, top line first (each cell the
     mean of its share of the values, or the value it falls on when there are fewer values
     than cells; blank where none is finite), scaled by `spark_range`, or at least over
-    `floor` (a share's 0 to 25%: a data wait of 0.04% is no half-full bar)."""
+    `floor` (a share's 0 to 25%: a data wait of 0.04% is no half-full bar). A single value
+    is one mark at its level in the first cell, not a bar stretched over the width."""
     height = max(1, height)
     if width <= 0:
         return [""] * height
@@ -224,6 +241,13 @@ def spark_rows(
             continue
         share = (sum(finite) / len(finite) - lo) / (hi - lo)
         levels.append(max(1, min(eighths, int(share * eighths) + 1)))
+    if n == 1:  # one value: a mark at its level in the first cell, no wall of bars
+        top = (levels[0] - 1) // len(SPARK_BARS) if levels[0] else -1
+        return [
+            (SPARK_BARS[(levels[0] - 1) % len(SPARK_BARS)] if height - 1 - row == top else " ")
+            + " " * (width - 1)
+            for row in range(height)
+        ]
     rows = []
     for row in range(height):
         base = (height - 1 - row) * len(SPARK_BARS)
@@ -261,6 +285,22 @@ def config_items(header: Mapping[str, Any] | None, limit: int = 40) -> list[tupl
     if isinstance(meta, Mapping):
         walk("", meta)
     return rows[:limit]
+
+
+def script_config_items(
+    header: Mapping[str, Any] | None, events: Sequence[Mapping[str, Any]] = (), limit: int = 40
+) -> list[tuple[str, str]]:
+    """The Config pane's rows: the header's config, then each `config` event's (set after
+    init: `wandb.config.update`, Lightning's hyperparameters at fit, test and predict),
+    merged: a key once, where it first came, with its last value."""
+    merged = dict(config_items(header, limit))
+    for event in events:
+        config = event.get("config")
+        if event.get("kind") == "config" and isinstance(config, Mapping):
+            for key, value in config_items({"config": config}, limit):
+                if key in merged or len(merged) < limit:
+                    merged[key] = value
+    return list(merged.items())
 
 
 def summary_items(snap: Snapshot) -> list[tuple[str, str]]:

@@ -28,6 +28,7 @@ from textual.widgets import Footer, Input, Static
 
 from tuitrain.metrics.store import Snapshot
 from tuitrain.ui.panels import all_metric_specs, metric_label, metric_text, metric_unit
+from tuitrain.ui.view import pick_unit
 from tuitrain.ui.widgets.chart import Line, MetricChart, format_tick, log_title
 from tuitrain.ui.widgets.panel import esc
 
@@ -147,9 +148,15 @@ class MetricsScreen(Screen[None]):
             xs, ys = series.decimate(max(chart.plot_columns(), 1))
             color = "warning" if name.startswith("val_") else "primary"
             line = Line(xs, ys, color=color, scatter=name.startswith("val_"))
+            chart.border_subtitle = ""
             if spec["format"] == "pct":  # a share: drawn and labelled in percent
                 line = Line(xs, [y * 100 for y in ys], line.color, line.scatter)
                 chart.draw([line], yfmt=lambda t: f"{format_tick(t)}%")
+            elif spec["format"] == "bytes":  # memory: the axis in the title's unit, not bytes
+                div, unit = pick_unit(max((abs(y) for y in ys), default=0.0))
+                line = Line(xs, [y / div for y in ys], line.color, line.scatter)
+                chart.border_subtitle = f"y in {unit}"
+                chart.draw([line])
             else:
                 chart.draw([line])
 
