@@ -337,4 +337,6 @@ def test_the_client_writes_its_header_in_the_contract_order(tmp_path: Path) -> N
     header = list(records[0])
     assert header == [f for f in HEADER_FIELDS if f in header]  # HEADER_FIELDS' order
     assert set(CLIENT_HEADER_FIELDS) <= set(header)
-    assert [r["type"] for r in records] == ["header", "train", "eval", "end"]
+    # the event says `val/acc` is written as `val_acc` (records.names_event)
+    assert [r["type"] for r in records] == ["header", "event", "train", "eval", "end"]
+    assert records[1]["names"] == {"val_acc": "val/acc"}

@@ -73,6 +73,7 @@ from tuitrain.core.errors import UserError
 from tuitrain.metrics.alerts import BUSY_SCRIPT, AlertRules
 from tuitrain.metrics.records import (
     EVAL_PREFIX,
+    MAX_ALIASES,
     MAX_HEADER_BYTES,
     MAX_RECORD_BYTES,
     STEP_MAX,
@@ -83,6 +84,7 @@ from tuitrain.metrics.records import (
     eval_record,
     event_record,
     header_record,
+    names_event,
     plain_number,
     script_alert_event,
     script_train_record,
@@ -379,6 +381,8 @@ class Run:
         self.dropped_back = 0  # log calls whose step went back
         self._inflight: list[_Batch] = []
         self._last_row: tuple[int, float] | None = None  # (step, time) of the last train row
+        self._aliases: dict[str, str] = {}  # {field: the key the script logged it under}
+        self._loss_seen = False  # a run that logs a loss times its steps by the loss's rows
         self._said: set[str] = set()
         self._axes: dict[str, str] = {}  # define_metric: glob -> the metric that is its x
         self._started = time.perf_counter()
@@ -745,6 +749,7 @@ class Run:
         out: list[dict[str, Any]] = []
         newest: dict[str, Any] | None = None  # the last train record: the telemetry's
         newest_at = 0.0  # when its row was logged
+        names: dict[str, str] = {}  # fields first written under another name: said once
         for step, at, values in rows:
             train: dict[str, Any] = {}
             val: dict[str, Any] = {}
@@ -752,21 +757,30 @@ class Run:
                 name = eval_name(key)
                 if name is not None:
                     val[name.removeprefix(EVAL_PREFIX)] = value
+                    field = name
                 elif key in LOSS_KEYS:
-                    train["loss"] = value
+                    field = "loss"
                 elif key in LR_KEYS:
-                    train["lr"] = value
+                    field = "lr"
                 elif key in EPOCH_KEYS:
-                    train["epoch"] = value
+                    field = "epoch"
                 elif key in GRAD_NORM_KEYS:
-                    train["grad_norm"] = value
+                    field = "grad_norm"
                 else:  # never a field of the contract: `type`, `mfu` ... become `user/<key>`
-                    train[user_field(key)] = value
+                    field = user_field(key)
+                if name is None:
+                    train[field] = value
+                if field != key and field not in self._aliases and field not in names:
+                    names[field] = key
             if train:
                 step_time_s = None
-                if self._last_row is not None and step > self._last_row[0]:
-                    step_time_s = (at - self._last_row[1]) / (step - self._last_row[0])
-                self._last_row = (step, at)
+                self._loss_seen = self._loss_seen or "loss" in train
+                # a row without the loss in a run that logs one (test metrics a step after the
+                # last train step, a summary) is no training step: not timed, no anchor
+                if "loss" in train or not self._loss_seen:
+                    if self._last_row is not None and step > self._last_row[0]:
+                        step_time_s = (at - self._last_row[1]) / (step - self._last_row[0])
+                    self._last_row = (step, at)
                 newest, newest_at = script_train_record(step, train, step_time_s), at
                 out.append(newest)
             if val:
@@ -782,6 +796,11 @@ class Run:
                 lists = self._ranks.lists(newest["step"], own)
                 if lists is not None:
                     add_rank_lists(newest, lists)
+        if names:  # ahead of the records that first hold them
+            names = dict(list(names.items())[: max(0, MAX_ALIASES - len(self._aliases))])
+            self._aliases.update(names)
+            if names:
+                out.insert(0, names_event(names))
         return out
 
     def _own_busy(self, step: int, at: float) -> float | None:

@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from tuitrain.metrics.records import (
     CLASSIFY_DECLARATION,
     TRAIN_FIELDS,
     Record,
+    add_aliases,
     eval_metric_items,
     task_declaration,
     train_metric_items,
@@ -100,12 +101,17 @@ def _run_files(run_dir: Path, limit: int = 10_000) -> Iterator[os.stat_result]:
                 yield os.stat(os.path.join(folder, name))
 
 
-def undeclared_columns(records: Iterable[Record], limit: int = 256) -> list[str]:
+def undeclared_columns(
+    records: Iterable[Record], limit: int = 256, names: dict[str, str] | None = None
+) -> list[str]:
     """The metric fields of a run whose header declares none (a script's run through the
     client): every train field outside the contract and every eval field, in the order
-    first seen (one streaming pass; at most `limit`)."""
+    first seen (one streaming pass; at most `limit`). `names` gets the run's aliases (the
+    names the script logged fields under, records.aliases)."""
     seen: dict[str, None] = {}
     for record in records:
+        if names is not None and add_aliases(names, record):
+            continue
         if record.get("type") == "train":
             items = [k for k, _ in train_metric_items(record)] + (
                 ["tokens_per_s"] if "tokens_per_s" in record else []
@@ -120,14 +126,31 @@ def undeclared_columns(records: Iterable[Record], limit: int = 256) -> list[str]
     return list(seen)
 
 
-def csv_columns(header: Record | None, undeclared: Sequence[str] = ()) -> tuple[str, ...]:
+def csv_columns(
+    header: Record | None, undeclared: Sequence[str] = (), names: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
     """The train record's fields, tokens/s where the task counts tokens, then the metrics
     the header's task declares and those the records hold (`undeclared`): train metrics,
     then the validation ones in declaration order. No column for a metric the run never
     declares nor records (a language model has no accuracy); a classification run (an old
-    header reads as one) gets CSV_COLUMNS exactly."""
+    header reads as one) gets CSV_COLUMNS exactly. A field a script logged under another
+    name (`names`: {field: its name}) has a second column under that name right after its
+    own, with the same values: `loss,train_loss`, `val_top1,eval_top1`."""
     if header is None:
         return CSV_COLUMNS
+    columns = _task_columns(header, undeclared)
+    if not names:
+        return columns
+    out: list[str] = []
+    for column in columns:
+        out.append(column)
+        alias = names.get(column)
+        if alias and alias not in columns and alias not in out:
+            out.append(alias)
+    return tuple(out)
+
+
+def _task_columns(header: Record, undeclared: Sequence[str]) -> tuple[str, ...]:
     task = task_declaration(header)
     train = [m["name"] for m in task["metrics"] if m["split"] == "train"]
     val = [m["name"] for m in task["metrics"] if m["split"] == "val"]
@@ -146,18 +169,22 @@ def csv_rows(
     records: Iterable[Record],
     columns: list[tuple[str, ...]] | None = None,
     undeclared: Sequence[str] = (),
+    names: Mapping[str, str] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """One row per train or eval record; `columns` (a one-item list) is set from the first
-    header, before the first row."""
+    header, before the first row; an alias column (`names`) holds its field's value."""
     box = columns if columns is not None else [CSV_COLUMNS]
+    source: dict[str, str] = {}  # {alias column: the field it reads}
     seen_header = False
     for record in records:
         if record.get("type") == "header" and not seen_header:
             seen_header = True
-            box[0] = csv_columns(record, undeclared)
+            box[0] = csv_columns(record, undeclared, names)
+            own = set(_task_columns(record, undeclared))  # a column of its own reads itself
+            source = {a: f for f, a in (names or {}).items() if a in box[0] and a not in own}
         elif record.get("type") in ("train", "eval"):
             seen_header = True  # a header after the first row changes no column
-            yield {key: _cell(record.get(key)) for key in box[0]}
+            yield {key: _cell(record.get(source.get(key, key))) for key in box[0]}
 
 
 def _cell(value: Any) -> Any:
@@ -166,14 +193,19 @@ def _cell(value: Any) -> Any:
     return "" if value is None or isinstance(value, (list, dict)) else value
 
 
-def write_csv(records: Iterable[Record], out: Path, undeclared: Sequence[str] = ()) -> int:
+def write_csv(
+    records: Iterable[Record],
+    out: Path,
+    undeclared: Sequence[str] = (),
+    names: Mapping[str, str] | None = None,
+) -> int:
     """Rows streamed to a temp file beside `out`, renamed over it at the end: a failed
     export leaves no half-written CSV (and an existing one intact)."""
     rows = 0
     columns = [CSV_COLUMNS]
     with replacing(out) as tmp, open_nofollow(tmp, "w", newline="", encoding="utf-8") as f:
         writer = None
-        for row in csv_rows(records, columns, undeclared):
+        for row in csv_rows(records, columns, undeclared, names):
             if writer is None:
                 writer = csv.DictWriter(f, fieldnames=columns[0])
                 writer.writeheader()
@@ -184,13 +216,17 @@ def write_csv(records: Iterable[Record], out: Path, undeclared: Sequence[str] = 
     return rows
 
 
-def print_csv(records: Iterable[Record], undeclared: Sequence[str] = ()) -> int:
+def print_csv(
+    records: Iterable[Record],
+    undeclared: Sequence[str] = (),
+    names: Mapping[str, str] | None = None,
+) -> int:
     """The rows on standard output as they are read (a closed pipe, `| head`, ends it
     quietly)."""
     rows = 0
     columns = [CSV_COLUMNS]
     writer = None
-    for row in csv_rows(records, columns, undeclared):
+    for row in csv_rows(records, columns, undeclared, names):
         if writer is None:
             writer = csv.DictWriter(sys.stdout, fieldnames=columns[0], lineterminator="\n")
             writer.writeheader()
@@ -215,15 +251,17 @@ def write_tensorboard(records: Iterable[Record], folder: Path) -> int:
     return count
 
 
-def scan_undeclared(metrics: Path) -> list[str]:
-    """A script's run (its header declares no metric): one more streaming pass finds them."""
+def scan_undeclared(metrics: Path) -> tuple[list[str], dict[str, str]]:
+    """A script's run (its header declares no metric): one more streaming pass finds them,
+    and the names the script logged its fields under ({field: name}, records.aliases)."""
     first = next(iter(Reading(metrics)), None)
     task = (first or {}).get("task")
     if first is None or first.get("type") != "header":
-        return []
+        return [], {}
     if isinstance(task, dict) and task.get("metrics"):
-        return []  # declared in the header
-    return undeclared_columns(Reading(metrics))
+        return [], {}  # declared in the header
+    names: dict[str, str] = {}
+    return undeclared_columns(Reading(metrics), names=names), names
 
 
 def leave_on_signal(signum: int, _frame: object) -> None:
@@ -244,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ExportError(
                     "--format tensorboard writes event files into a folder; pass --out FOLDER."
                 )
-            count = print_csv(reading, scan_undeclared(metrics))
+            count = print_csv(reading, *scan_undeclared(metrics))
             for note in reading.notes:
                 print(f"tuitrain export: {note}", file=sys.stderr)
             print(f"tuitrain export: {count} rows written to standard output", file=sys.stderr)
@@ -254,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.format == "csv":
             if out.is_dir():
                 raise ExportError(f"--out {out} is a folder; name the CSV file to write.")
-            count = write_csv(reading, out, scan_undeclared(metrics))
+            count = write_csv(reading, out, *scan_undeclared(metrics))
             what = f"{count} rows"
         else:
             if out.exists() and not out.is_dir():

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import numbers
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -642,6 +642,44 @@ def alert_event(
         step=step,
         **figures,
     )
+
+
+# A script's names: the logging client writes the contract's field under the name every reader
+# charts (`train_loss` -> `loss`, `eval_top1` -> `val_top1`, `validation/loss` -> `val_loss`,
+# a user's `step` -> `user/step`) and records once, in an event of this kind, the name the
+# script logged each field under (`names`: {field: the script's key}); readers show and find
+# a field by both (`aliases`). An alias, not a rename.
+NAMES_KIND = "names"
+MAX_ALIASES = 256  # fields with an alias a reader keeps (a script's metrics: MAX_SERIES)
+
+
+def names_event(names: Mapping[str, str]) -> dict[str, Any]:
+    """The event of kind `names`: "names: train_loss as loss, ..." and `names` {field: the
+    script's key}, for the fields first written in this flush under another name."""
+    said = ", ".join(f"{key} as {field}" for field, key in names.items())
+    return event_record(f"names: {said}", kind="names", names=dict(names))  # NAMES_KIND
+
+
+def aliases(records: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """{field: the name the script logged it under} from a run's `names` events, read
+    defensively (text to text only; the first alias of a field kept; at most MAX_ALIASES)."""
+    out: dict[str, str] = {}
+    for record in records:
+        add_aliases(out, record)
+    return out
+
+
+def add_aliases(out: dict[str, str], record: Mapping[str, Any]) -> bool:
+    """`record`'s aliases into `out` when it is a `names` event; whether it is one."""
+    if record.get("type") != "event" or record.get("kind") != NAMES_KIND:
+        return False
+    names = record.get("names")
+    if isinstance(names, Mapping):
+        for field, key in names.items():
+            ok = isinstance(field, str) and isinstance(key, str) and 0 < len(key) <= 256
+            if ok and field != key and len(out) < MAX_ALIASES:
+                out.setdefault(field, key)
+    return True
 
 
 def script_alert_event(message: str, level: str = "warning") -> dict[str, Any]:

@@ -6,10 +6,11 @@ per second and gets an immutable :class:`Snapshot`.
 
 Every numeric field of a ``train`` record (other than ``step``) becomes a series
 keyed by the field name, with x = ``step``; ``eval`` records feed their ``val_*`` fields
-(``val_loss`` and each of the task's or the script's ``val_<name>``). Each series keeps a
-ring of the most recent points plus a decimated
-history (every k-th point; when the history fills up, every other point is dropped
-and k doubles), so memory stays bounded whatever the run length.
+(``val_loss`` and each of the task's or the script's ``val_<name>``); an ``event`` of kind
+``names`` gives the names a script logged its fields under (``Snapshot.aliases``).
+Each series keeps a ring of the most recent points plus a decimated history (every k-th
+point; when the history fills up, every other point is dropped and k doubles), so memory
+stays bounded whatever the run length.
 
 A run is every segment it resumed: a later ``header`` (``tuitrain --resume`` appends one)
 replaces the header and clears the end record, and keeps every series, evaluation and event
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from tuitrain.metrics.records import Record, valid_step
+from tuitrain.metrics.records import Record, add_aliases, valid_step
 
 __all__ = ["MetricStore", "Series", "Snapshot"]
 
@@ -121,6 +122,8 @@ class Snapshot:
     events: tuple[Mapping[str, Any], ...] = ()
     end: Mapping[str, Any] | None = None
     series: Mapping[str, Series] = field(default_factory=lambda: _EMPTY)
+    # {field: the name a script logged it under} (records.aliases): `val_top1` -> `eval_top1`
+    aliases: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
 
     def get(self, name: str) -> Series:
         """The series called ``name``, or an empty one."""
@@ -190,6 +193,7 @@ class MetricStore:
         self._evals: deque[Record] = deque(maxlen=self._max_evals)
         self._events: deque[Record] = deque(maxlen=self._max_events)
         self._series: dict[str, _Buffer] = {}
+        self._aliases: dict[str, str] = {}  # kept apart: the events' deque drops old ones
 
     @property
     def version(self) -> int:
@@ -222,6 +226,7 @@ class MetricStore:
                 self._add_points(rec, points, skip_step=False)
             elif kind == "event":
                 self._events.append(rec)
+                add_aliases(self._aliases, rec)
             elif kind == "header":
                 self._header = rec
                 self._end = None  # a resumed run appends a header: it runs again, and
@@ -286,6 +291,7 @@ class MetricStore:
                 )
                 evals = tuple(self._evals)
                 events = tuple(self._events)
+                aliases = MappingProxyType(dict(self._aliases))
                 names = list(self._series)
                 cache_versions = self._cache_versions
                 for name, buf in self._series.items():
@@ -309,6 +315,7 @@ class MetricStore:
                 events=events,
                 end=end,
                 series=MappingProxyType({n: self._cache[n] for n in names}),
+                aliases=aliases,
             )
             self._last_snapshot = snap
             return snap

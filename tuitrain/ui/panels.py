@@ -22,6 +22,7 @@ from tuitrain.metrics.records import (
     CLASSIFY_DECLARATION,
     CLASSIFY_PRIMARY,
     CONTRACT_FIELDS,
+    EVAL_PREFIX,
     Record,
     task_declaration,
 )
@@ -88,14 +89,39 @@ PCT_FIELDS = frozenset({"data_wait_frac", "mfu"})
 PANEL_CONTRACT = ("lr", "grad_norm")  # the contract's series the Metrics panel lists too
 
 
-def metric_spec(name: str, declared: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """{name, goal, format, unit} of one series: as the header declares it, else by name."""
+def metric_spec(
+    name: str, declared: Mapping[str, Mapping[str, Any]], alias: str = ""
+) -> dict[str, Any]:
+    """{name, goal, format, unit, alias} of one series: as the header declares it, else by
+    name; `alias` the name a script logged it under, where that differs (records.aliases)."""
     spec = declared.get(name)
     if spec is not None:
-        return {k: spec.get(k) for k in ("name", "goal", "format", "unit")}
+        return {**{k: spec.get(k) for k in ("name", "goal", "format", "unit")}, "alias": alias}
+    twin = declared.get(twin_name(name))
+    if twin is not None:  # one format a metric: `acc` as its declared `val_acc` (98.44%)
+        return {"name": name, "goal": twin.get("goal"), "format": twin.get("format"),
+                "unit": twin.get("unit"), "alias": alias}  # fmt: skip
     fmt = "pct" if name in PCT_FIELDS else ("bytes" if name.endswith("_bytes") else "float")
     goal = "min" if name in ("loss", "val_loss") else None
-    return {"name": name, "goal": goal, "format": fmt, "unit": ""}
+    return {"name": name, "goal": goal, "format": fmt, "unit": "", "alias": alias}
+
+
+def twin_name(name: str) -> str:
+    """The same metric on the other split: `val_acc` for `acc`, `train/acc` or `train_acc`;
+    `acc` for `val_acc`; a script's `val/acc` (as the client writes it) `val_acc`."""
+    if name.startswith(EVAL_PREFIX):
+        return name.removeprefix(EVAL_PREFIX)
+    for prefix in ("val/", "eval/", "validation/", "eval_"):
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return EVAL_PREFIX + name[len(prefix) :].replace("/", "_")
+    return EVAL_PREFIX + name.removeprefix("train/").removeprefix("train_")
+
+
+def metric_label(spec: Mapping[str, Any]) -> str:
+    """A series' name as a reader shows it: `val_top1 (eval_top1)` where the script logged it
+    under another name, else the name alone."""
+    alias = spec.get("alias")
+    return f"{spec['name']} ({alias})" if alias else str(spec["name"])
 
 
 def declared_metrics(header: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
@@ -132,7 +158,7 @@ def all_metric_specs(snap: Snapshot) -> list[dict[str, Any]]:
     names = [n for n in FIRST if n in snap.series] + own_metric_names(snap)
     names += [n for n in CONTRACT_ORDER if n in snap.series and n not in names]
     names += [n for n in snap.series if n not in names and n not in SKIPPED]
-    return [metric_spec(n, declared) for n in names]
+    return [metric_spec(n, declared, snap.aliases.get(n, "")) for n in names]
 
 
 def panel_metric_specs(snap: Snapshot) -> list[dict[str, Any]]:
@@ -140,7 +166,7 @@ def panel_metric_specs(snap: Snapshot) -> list[dict[str, Any]]:
     grad norm."""
     declared = declared_metrics(snap.header)
     names = own_metric_names(snap) + [n for n in PANEL_CONTRACT if n in snap.series]
-    return [metric_spec(n, declared) for n in names]
+    return [metric_spec(n, declared, snap.aliases.get(n, "")) for n in names]
 
 
 def metric_text(value: float | None, spec: Mapping[str, Any]) -> str:
@@ -192,7 +218,8 @@ def spark_rows(
     """`values` as `height` lines of `width` block characters, top line first (each cell the
     mean of its share of the values, or the value it falls on when there are fewer values
     than cells; blank where none is finite), scaled by `spark_range`, or at least over
-    `floor` (a share's 0 to 25%: a data wait of 0.04% is no half-full bar)."""
+    `floor` (a share's 0 to 25%: a data wait of 0.04% is no half-full bar). A single value
+    is one mark at its level in the first cell, not a bar stretched over the width."""
     height = max(1, height)
     if width <= 0:
         return [""] * height
@@ -214,6 +241,13 @@ def spark_rows(
             continue
         share = (sum(finite) / len(finite) - lo) / (hi - lo)
         levels.append(max(1, min(eighths, int(share * eighths) + 1)))
+    if n == 1:  # one value: a mark at its level in the first cell, no wall of bars
+        top = (levels[0] - 1) // len(SPARK_BARS) if levels[0] else -1
+        return [
+            (SPARK_BARS[(levels[0] - 1) % len(SPARK_BARS)] if height - 1 - row == top else " ")
+            + " " * (width - 1)
+            for row in range(height)
+        ]
     rows = []
     for row in range(height):
         base = (height - 1 - row) * len(SPARK_BARS)
@@ -251,6 +285,22 @@ def config_items(header: Mapping[str, Any] | None, limit: int = 40) -> list[tupl
     if isinstance(meta, Mapping):
         walk("", meta)
     return rows[:limit]
+
+
+def script_config_items(
+    header: Mapping[str, Any] | None, events: Sequence[Mapping[str, Any]] = (), limit: int = 40
+) -> list[tuple[str, str]]:
+    """The Config pane's rows: the header's config, then each `config` event's (set after
+    init: `wandb.config.update`, Lightning's hyperparameters at fit, test and predict),
+    merged: a key once, where it first came, with its last value."""
+    merged = dict(config_items(header, limit))
+    for event in events:
+        config = event.get("config")
+        if event.get("kind") == "config" and isinstance(config, Mapping):
+            for key, value in config_items({"config": config}, limit):
+                if key in merged or len(merged) < limit:
+                    merged[key] = value
+    return list(merged.items())
 
 
 def summary_items(snap: Snapshot) -> list[tuple[str, str]]:

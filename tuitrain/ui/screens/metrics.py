@@ -1,11 +1,12 @@
 """Metrics screen (`g`): a chart for every series the run holds, filtered by name (`/`),
 log y with `l`.
 
-The filter is literal text, case-insensitive, found anywhere in a metric's name; `|` separates
-alternatives (`loss|mae`). No regular expression: a pattern such as `(a+)+$` backtracks for
-minutes in Python's `re`, which cannot be time-boxed, on the UI thread and, holding the GIL,
-in the training it hosts. A literal filter costs the names' length at most; its text is capped
-at MAX_FILTER characters.
+The filter is literal text, case-insensitive, found anywhere in a metric's name or in the name
+a script logged it under (`eval_top1` finds `val_top1`, charted as `val_top1 (eval_top1)`);
+`|` separates alternatives (`loss|mae`). No regular expression: a pattern such as `(a+)+$`
+backtracks for minutes in Python's `re`, which cannot be time-boxed, on the UI thread and,
+holding the GIL, in the training it hosts. A literal filter costs the names' length at most;
+its text is capped at MAX_FILTER characters.
 
 The metrics are every series the run holds: the loss and the val loss, the run's own
 metrics (what its task declares, a script's keys), then the contract's measurements (lr,
@@ -26,7 +27,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from tuitrain.metrics.store import Snapshot
-from tuitrain.ui.panels import all_metric_specs, metric_text, metric_unit
+from tuitrain.ui.panels import all_metric_specs, metric_label, metric_text, metric_unit
+from tuitrain.ui.view import pick_unit
 from tuitrain.ui.widgets.chart import Line, MetricChart, format_tick, log_title
 from tuitrain.ui.widgets.panel import esc
 
@@ -48,8 +50,8 @@ def best_value(values: tuple[float, ...], goal: str | None) -> float | None:
 
 
 def matching(specs: list[dict[str, Any]], pattern: str) -> tuple[list[dict[str, Any]], str]:
-    """The specs whose name holds one of the pattern's `|`-separated texts (case-insensitive,
-    literal), and '' or why the pattern is not used as given."""
+    """The specs whose name or alias holds one of the pattern's `|`-separated texts
+    (case-insensitive, literal), and '' or why the pattern is not used as given."""
     problem = ""
     if len(pattern) > MAX_FILTER:
         pattern, problem = pattern[:MAX_FILTER], f"filter cut to {MAX_FILTER} characters"
@@ -57,7 +59,8 @@ def matching(specs: list[dict[str, Any]], pattern: str) -> tuple[list[dict[str, 
     terms = [t for t in terms if t]
     if not terms:
         return specs, problem
-    return [s for s in specs if any(t in s["name"].casefold() for t in terms)], problem
+    names = [(s, s["name"].casefold(), str(s.get("alias") or "").casefold()) for s in specs]
+    return [s for s, name, alias in names if any(t in name or t in alias for t in terms)], problem
 
 
 class MetricsScreen(Screen[None]):
@@ -133,7 +136,7 @@ class MetricsScreen(Screen[None]):
             series = snap.get(name)
             spec = by_name[name]
             best = best_value(series.ys, spec.get("goal"))
-            label = f"{name} {metric_text(series.last, spec)}{metric_unit(spec)}"
+            label = f"{metric_label(spec)} {metric_text(series.last, spec)}{metric_unit(spec)}"
             if best is not None:
                 label += f" (best {metric_text(best, spec)})"
             chart.border_title = esc(log_title(label, self.log_y))
@@ -145,9 +148,15 @@ class MetricsScreen(Screen[None]):
             xs, ys = series.decimate(max(chart.plot_columns(), 1))
             color = "warning" if name.startswith("val_") else "primary"
             line = Line(xs, ys, color=color, scatter=name.startswith("val_"))
+            chart.border_subtitle = ""
             if spec["format"] == "pct":  # a share: drawn and labelled in percent
                 line = Line(xs, [y * 100 for y in ys], line.color, line.scatter)
                 chart.draw([line], yfmt=lambda t: f"{format_tick(t)}%")
+            elif spec["format"] == "bytes":  # memory: the axis in the title's unit, not bytes
+                div, unit = pick_unit(max((abs(y) for y in ys), default=0.0))
+                line = Line(xs, [y / div for y in ys], line.color, line.scatter)
+                chart.border_subtitle = f"y in {unit}"
+                chart.draw([line])
             else:
                 chart.draw([line])
 

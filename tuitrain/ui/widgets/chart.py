@@ -194,6 +194,35 @@ def format_tick(value: float) -> str:
     return f"{value:.2g}"
 
 
+def finer_tick(value: float, digits: int) -> str:
+    """A tick label with `digits` significant digits (98.44, 12.1k, 1.0001e9)."""
+    if 1000 <= abs(value) < 1e7:
+        return f"{value / 1000:.{max(1, digits - 3)}g}k"
+    text = f"{value:.{digits}g}"
+    mantissa, _, exponent = text.partition("e")
+    return f"{mantissa}e{int(exponent)}" if exponent else mantissa
+
+
+def distinct_ticks(ticks: Sequence[float], yfmt: Callable[[float], str]) -> list[tuple[float, str]]:
+    """(tick, label) pairs whose labels all differ: `yfmt`'s where they do, else with as
+    few more digits as tell them apart (`finer_tick`; the caller's text around
+    `format_tick`'s, such as a % sign, kept); for labels of the caller's own making, fewer
+    ticks (each label at its first tick). A y axis never reads "98%" twice."""
+    pairs = [(t, yfmt(t)) for t in ticks]
+    if len({label for _, label in pairs}) == len(pairs):
+        return pairs
+    if not all(format_tick(t) in label for t, label in pairs):
+        firsts: dict[str, float] = {}
+        for t, label in pairs:
+            firsts.setdefault(label, t)
+        return [(t, label) for label, t in firsts.items()]
+    for digits in range(3, 13):
+        finer = [(t, label.replace(format_tick(t), finer_tick(t, digits), 1)) for t, label in pairs]
+        if len({label for _, label in finer}) == len(finer):
+            return finer
+    return finer
+
+
 class MetricChart(PlotextPlot):
     """A line chart over steps; `draw()` replaces the data and refreshes once."""
 
@@ -296,8 +325,9 @@ class MetricChart(PlotextPlot):
         y_lo, y_hi = drawable_range(y_lo, y_hi, log)
         plt.ylim(to_plot(y_lo), to_plot(y_hi))
         if yticks is None:
-            ticks = (log_ticks if log else nice_ticks)(y_lo, y_hi, tick_count)
-            yticks = [(t, yfmt(t)) for t in ticks]
+            yticks = distinct_ticks(
+                (log_ticks if log else nice_ticks)(y_lo, y_hi, tick_count), yfmt
+            )
         elif log:
             yticks = [(t, label) for t, label in yticks if t > 0]
         shown = [(t, label) for t, label in yticks if y_lo <= t <= y_hi]

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tuitrain.metrics.format import DASH, format_value
-from tuitrain.metrics.records import task_declaration
+from tuitrain.metrics.records import eval_metric_items, task_declaration
 from tuitrain.metrics.store import Series, Snapshot
 from tuitrain.ui.panels import (
     declared_metrics,
@@ -71,6 +71,18 @@ def shown_metric(snap: Snapshot) -> tuple[str, str, str] | None:
     return chosen["name"], chosen["name"].removeprefix("val_"), chosen["format"]
 
 
+def first_metric(
+    ev: Mapping[str, Any], header: Mapping[str, Any] | None
+) -> tuple[str, str, str] | None:
+    """(field, label, format) of the first validation metric other than the loss that `ev`
+    holds a value of: what a script's evaluation shows where its task declares none."""
+    declared = declared_metrics(header)
+    for name, value in eval_metric_items(ev):
+        if name != "val_loss" and value is not None:
+            return name, name.removeprefix("val_"), metric_spec(name, declared)["format"]
+    return None
+
+
 class LossPanel(Panel):
     """Raw train loss (muted), its EMA (primary) and validation loss points (warning)."""
 
@@ -103,7 +115,7 @@ class LossPanel(Panel):
         if ev is None:
             first = "evaluation" if is_script_run(snap.header) else "epoch"
             return line1 + f"\n[$warning]val[/] [$foreground-muted]after the first {first}[/]"
-        shown = shown_metric(snap)
+        shown = shown_metric(snap) or first_metric(ev, snap.header)
         metric = ""
         if shown is not None:
             key, label, fmt = shown
@@ -114,10 +126,10 @@ class LossPanel(Panel):
         unit = metric_unit(metric_spec("val_loss", declared_metrics(snap.header)))
         val = ev.get("val_loss")
         where = eval_label(ev).removesuffix(" done").removeprefix("eval at ")
-        text = (
-            f"{line1}\n[$warning]val[/] {_fmt_loss(val)}{unit if val is not None else ''}  "
-            f"{metric}[$foreground-muted]({esc(where)})[/]"
-        )
+        # what the evaluation has: a script that logs `val/acc` alone reads "val acc 98.44%"
+        loss_text = f"{_fmt_loss(val)}{unit if val is not None else ''}  "
+        loss_text = "" if val is None and metric else loss_text
+        text = f"{line1}\n[$warning]val[/] {loss_text}{metric}[$foreground-muted]({esc(where)})[/]"
         best = best_eval(snap)
         task = task_declaration(snap.header)
         primary = task["primary"]

@@ -7,7 +7,13 @@ from __future__ import annotations
 from rich.cells import cell_len
 
 from tuitrain.metrics.store import Snapshot
-from tuitrain.ui.panels import is_script_run, metric_text, panel_metric_specs, spark_bars
+from tuitrain.ui.panels import (
+    is_script_run,
+    metric_label,
+    metric_text,
+    panel_metric_specs,
+    spark_bars,
+)
 from tuitrain.ui.view import Frame, no_scaler_reason
 from tuitrain.ui.widgets.panel import Panel, esc
 
@@ -33,14 +39,14 @@ def metric_rows(snap: Snapshot, width: int) -> list[str]:
     specs = panel_metric_specs(snap)
     if not specs:
         return []
-    names = [s["name"] for s in specs]
+    names = [metric_label(s) for s in specs]  # `val_top1 (eval_top1)`: the script's name too
     name_cells = min(NAME_CELLS, max(cell_len(n) for n in names))
     spark_cells = max(0, width - name_cells - VALUE_CELLS - 2)
     rows = []
     for spec in specs:
         series = snap.get(spec["name"])
         value = metric_text(series.last, spec)
-        name = cut(spec["name"], name_cells)
+        name = cut(metric_label(spec), name_cells)
         row = f"[$foreground-muted]{esc(name.ljust(name_cells))}[/] {esc(value.rjust(VALUE_CELLS))}"
         if spark_cells >= 4 and len(series) > 1:
             _xs, ys = series.decimate(SPARK_POINTS)

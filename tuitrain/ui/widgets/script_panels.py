@@ -4,7 +4,7 @@ record's summary once it has one): the first two things a W&B user looks for."""
 
 from __future__ import annotations
 
-from tuitrain.ui.panels import config_items, summary_items
+from tuitrain.ui.panels import script_config_items, summary_items
 from tuitrain.ui.view import Frame
 from tuitrain.ui.widgets.metrics_panel import cut
 from tuitrain.ui.widgets.panel import Panel, esc
@@ -34,12 +34,7 @@ class ConfigPanel(Panel):
         header = frame.snap.header
         if header is None:
             return "[$foreground-muted]waiting for the script's first record[/]"
-        items = config_items(header)
-        updates = [e for e in frame.snap.events if e.get("kind") == "config"]
-        for event in updates:  # set after init: config events
-            config = event.get("config")
-            if isinstance(config, dict):
-                items += config_items({"config": config})
+        items = script_config_items(header, frame.snap.events)  # a key once, its last value
         text = key_rows(items, self.summary_text.content_size.width or 40)
         return text or "[$foreground-muted]no config given (wandb.init(config=...))[/]"
 
