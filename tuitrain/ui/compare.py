@@ -43,6 +43,7 @@ from tuitrain.ui.view import (
     TEXT_INTERVAL_S,
     format_rate,
     median,
+    paused_by_records,
     smoothed_series,
 )
 from tuitrain.ui.viewing import ViewingBadge
@@ -130,9 +131,7 @@ def run_state(snap: Snapshot, path: Path) -> str:
     quiet = quiet_seconds(path)
     exited = snap.end is None and writer_exited(path.parent, quiet)
     state = run_status(snap.header, snap.end, snap.latest, quiet, exited)
-    if state == "running" and snap.events and snap.events[-1].get("kind") == "pause":
-        return "paused"
-    return state
+    return "paused" if state == "running" and paused_by_records(snap) else state
 
 
 def summarize(snap: Snapshot, path: Path) -> CompareRow:
