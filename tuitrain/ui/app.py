@@ -44,8 +44,8 @@ from tuitrain.metrics.store import MetricStore
 from tuitrain.rundir.layout import OUTPUT_LOG, TRAIN_LOG, RunDir
 from tuitrain.rundir.read import OutputTail
 from tuitrain.rundir.state import quiet_seconds, writer_exited
-from tuitrain.ui.panels import is_script_run, panel_ids
-from tuitrain.ui.screens.help import HelpScreen
+from tuitrain.ui.panels import is_script_run, panel_ids, throughput_unit
+from tuitrain.ui.screens.help import HelpScreen, panel_notes
 from tuitrain.ui.screens.metrics import MetricsScreen
 from tuitrain.ui.screens.parity import NO_PRESET, ParityScreen
 from tuitrain.ui.screens.presets import PresetScreen
@@ -509,7 +509,8 @@ class TuitrainApp(ViewingApp):
         self.notify(f"recording CUDA memory for the next {MEMORY_STEPS} steps", timeout=3)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.offered()))
+        notes = panel_notes(self._shown_ids, throughput_unit(self.store.snapshot()))
+        self.push_screen(HelpScreen(self.offered(), notes=notes))
 
     def action_toggle_log_y(self) -> None:
         for panel in self.panels:
