@@ -4,9 +4,14 @@ log say match what the screen shows."""
 from __future__ import annotations
 
 import pytest
+from textual.containers import VerticalScroll
+from textual.widgets import OptionList
 
 from tests.ui.fake_records import filled_store, script_records, store_of
 from tests.ui.pilot_tools import text_of
+from tuitrain.core.config import load_preset
+from tuitrain.host.run import RunHost
+from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.screens.help import HelpScreen
 
@@ -37,3 +42,40 @@ async def test_help_describes_an_fp16_runs_scaler_and_data_wait() -> None:
     for present in ("GradScaler", "Data wait", "samples/s", "Overview:"):
         assert present in notes, present
     assert "Config:" not in notes and "Summary:" not in notes
+
+
+async def test_the_help_says_it_scrolls_where_it_does_not_fit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At 80x24 the dashboard's keys and notes are taller than the dialog: it scrolls, with
+    its bar and a `↓ more` on its border; at 160x48 everything fits and neither shows."""
+    monkeypatch.setattr(TuitrainApp, "launch", lambda self, host: None)
+    cfg = load_preset("fashion-mini", ["train.device=cpu"])
+    for size, scrolls in (((80, 24), True), ((160, 48), False)):
+        app = TuitrainApp(host=RunHost(cfg, MetricStore()))
+        async with app.run_test(size=size) as pilot:
+            await pilot.press("question_mark")
+            await pilot.pause()
+            scroll = app.screen.query_one(VerticalScroll)
+            dialog = app.screen.query_one("#help-dialog")
+            assert scroll.outer_size.height <= dialog.size.height, size
+            assert (scroll.max_scroll_y > 0) is scrolls, size
+            assert scroll.show_vertical_scrollbar is scrolls, size
+            assert ("more" in str(dialog.border_subtitle)) is scrolls, size
+            if scrolls:
+                await pilot.press("down", "down")
+                assert scroll.scroll_y > 0  # the keys scroll it (it has the focus)
+
+
+async def test_the_preset_picker_cuts_a_long_description_at_a_word(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(TuitrainApp, "launch", lambda self, host: None)
+    cfg = load_preset("fashion-mini", ["train.device=cpu"])
+    app = TuitrainApp(host=RunHost(cfg, MetricStore()))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("p")
+        await pilot.pause()
+        options = app.screen.query_one(OptionList)
+        prompt = str(options.get_option("charlm-fast").prompt)
+    assert prompt.endswith("(nanoGPT's CPU recipe…"), prompt  # not "recipe: 1.9"

@@ -42,6 +42,9 @@ def panel_notes(panel_ids: Iterable[str], unit: str = "samples") -> str:
 
 PANELS = panel_notes(("loss", "throughput", "memory", "scaler", "datawait", "overview"))
 
+CLOSES = "escape closes"
+MORE = "↓ more: ↑ ↓ scroll"
+
 
 def binding_rows(
     app_bindings: Iterable[BindingType], key_display: Callable[[Binding], str]
@@ -101,10 +104,22 @@ class HelpScreen(ModalScreen[None]):
         ]
         with Vertical(id="help-dialog", classes="dialog") as dialog:
             dialog.border_title = self.title_text
-            dialog.border_subtitle = "escape closes"
+            dialog.border_subtitle = CLOSES
             with VerticalScroll():
                 yield Static("\n".join(lines), id="help-keys")
                 yield Static(f"[$foreground-muted]{escape(self.notes)}[/]", id="help-notes")
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self.say_if_it_scrolls)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.say_if_it_scrolls)
+
+    def say_if_it_scrolls(self) -> None:
+        """A list taller than the dialog scrolls (its bar shows); the border says so too."""
+        scroll = self.query_one(VerticalScroll)
+        more = scroll.max_scroll_y > 0
+        self.query_one("#help-dialog").border_subtitle = f"{MORE} · {CLOSES}" if more else CLOSES
 
     def action_close(self) -> None:
         self.dismiss(None)
