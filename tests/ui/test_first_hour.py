@@ -3,17 +3,26 @@ log say match what the screen shows."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 from textual.containers import VerticalScroll
 from textual.widgets import OptionList
 
 from tests.ui.fake_records import filled_store, script_records, store_of
 from tests.ui.pilot_tools import text_of
+from tests.ui.test_detach_hangup import CONTROLLING_TTY, Terminal, records
 from tuitrain.core.config import load_preset
 from tuitrain.host.run import RunHost
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.screens.help import HelpScreen
+from tuitrain.ui.terminal import LEAVE_AND_CLEAR
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -79,3 +88,49 @@ async def test_the_preset_picker_cuts_a_long_description_at_a_word(
         options = app.screen.query_one(OptionList)
         prompt = str(options.get_option("charlm-fast").prompt)
     assert prompt.endswith("(nanoGPT's CPU recipe…"), prompt  # not "recipe: 1.9"
+
+
+@pytest.mark.slow
+def test_after_a_detach_the_terminal_shows_line_logs_from_the_runs_figures(
+    tmp_path: Path, ui_overrides: Callable[..., list[str]]
+) -> None:
+    """`q` then `d` on a real terminal (a pty): the screen is cleared of the dashboard
+    (nothing of its frame after the clear), and the first line is the run's last log point,
+    step and loss, not a progress note saying there is no log point yet."""
+    run_dir = tmp_path / "first-run"
+    metrics = run_dir / "metrics.jsonl"
+    sets = [arg for o in ui_overrides(epochs=2) for arg in ("--set", o)]  # 16 steps
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "24"}
+    env.pop("TEXTUAL_DRIVER", None)
+    master, slave = os.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CONTROLLING_TTY, *sets],
+        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
+    )  # fmt: skip
+    os.close(slave)
+    term = Terminal(master)
+    try:
+        term.read_until(lambda: any(r["type"] == "train" for r in records(metrics)), "train", proc)
+        term.press(b" ")  # paused: the run is still going when d is pressed
+        paused = lambda: any(r.get("kind") == "pause" for r in records(metrics))  # noqa: E731
+        term.read_until(paused, "pause event", proc)
+        asked = term.press(b"q")
+        term.read_until(lambda: b"detach" in term.seen[asked:], "quit question", proc)
+        detached = term.press(b"d")
+        ended = lambda: b"tuitrain: run dir" in term.seen[detached:]  # noqa: E731
+        term.read_until(ended, "the run's end", proc)
+        code = proc.wait(timeout=60)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0
+    after = term.seen[detached:].decode(errors="replace")
+    assert LEAVE_AND_CLEAR in after, after[:400]
+    lines = after.rsplit(LEAVE_AND_CLEAR, 1)[1].replace("\r", "").splitlines()
+    assert not any("╭" in line or "│" in line for line in lines), lines  # no frame after it
+    first = lines[0]
+    assert re.search(r"step +\d+/16 \| epoch [\d.]+ \| loss \d", first), lines
+    assert "no log point" not in first
+    assert "dashboard closed at step" in lines[1], lines

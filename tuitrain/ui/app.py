@@ -680,17 +680,22 @@ def carry_on_detached(host: RunHost) -> int:
     from tuitrain.host.signals import stop_run_on_signals
     from tuitrain.host.stdio import std_streams_to, stdin_from_devnull, terminal_gone
     from tuitrain.metrics.sinks import ConsoleSink
+    from tuitrain.ui.terminal import clear_after_dashboard
 
+    clear_after_dashboard()  # only the line logs from here on: no frame of the dashboard
     lines = ConsoleSink()
-    header = host.store.snapshot().header if host.store is not None else None
-    if header is not None:
-        lines.write(header)  # its declarations: how the lines read, step N/total
+    snap = host.store.snapshot() if host.store is not None else None
+    if snap is not None and snap.header is not None:
+        lines.declare(dict(snap.header))  # how the lines read, step N/total
+    if snap is not None and snap.latest is not None:
+        lines.write(dict(snap.latest))  # the first line: where the run is, its figures
     host.late_sinks.append(lines)
     paused = host.control.paused
     host.control.resume()  # nothing here could unpause it; tuitrain watch can pause again
     run_dir = host.run_dir or host.requested_run_dir or "RUN_DIR"
     say(
-        f"tuitrain: dashboard closed; the run goes on here{' (resumed)' if paused else ''} "
+        f"tuitrain: dashboard closed at step {host.control.step}; the run goes on here"
+        f"{' (resumed)' if paused else ''} "
         f"with line logs; closing the terminal does not stop it. tuitrain watch {run_dir} "
         "shows it again; Ctrl-C stops it at a step boundary and saves"
     )
