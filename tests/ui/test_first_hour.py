@@ -13,15 +13,17 @@ from pathlib import Path
 import pytest
 from textual.containers import VerticalScroll
 from textual.widgets import OptionList
+from textual.widgets._footer import FooterKey
 
 from tests.ui.fake_records import filled_store, script_records, store_of
-from tests.ui.pilot_tools import text_of
+from tests.ui.pilot_tools import text_of, wait_for
 from tests.ui.test_detach_hangup import CONTROLLING_TTY, Terminal, records
 from tuitrain.core.config import load_preset
 from tuitrain.host.run import RunHost
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.screens.help import HelpScreen
+from tuitrain.ui.screens.metrics import MetricsScreen
 from tuitrain.ui.terminal import LEAVE_AND_CLEAR
 
 pytestmark = pytest.mark.timeout(120)
@@ -134,3 +136,36 @@ def test_after_a_detach_the_terminal_shows_line_logs_from_the_runs_figures(
     assert re.search(r"step +\d+/16 \| epoch [\d.]+ \| loss \d", first), lines
     assert "no log point" not in first
     assert "dashboard closed at step" in lines[1], lines
+
+
+async def test_g_is_in_the_footer_where_it_acts_and_the_footer_fits_80_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The dashboard (a hosted run) and a viewer both show `g Metrics` in the footer, and
+    every key of it fits 80 columns (q Quit last)."""
+    monkeypatch.setattr(TuitrainApp, "launch", lambda self, host: None)
+    cfg = load_preset("fashion-mini", ["train.device=cpu"])
+    for app in (TuitrainApp(host=RunHost(cfg, MetricStore())), TuitrainApp(store=filled_store())):
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            keys = {key.key: key for key in app.screen.query(FooterKey)}
+            assert "g" in keys and keys["g"].description == "Metrics", list(keys)
+            assert "q" in keys and all(key.region.right <= 80 for key in keys.values())
+            await pilot.press("g")
+            assert isinstance(app.screen, MetricsScreen)
+
+
+async def test_the_metrics_filter_applies_as_you_type() -> None:
+    """As in `tuitrain runs`: the charts narrow while typing, before enter."""
+    app = TuitrainApp(store=store_of(script_records()))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("g")
+        screen = app.screen
+        assert isinstance(screen, MetricsScreen)
+        await wait_for(pilot, lambda: len(screen.charts) > 2, 10, "the charts")
+        await pilot.press("slash", *"tiny")
+        await wait_for(pilot, lambda: list(screen.charts) == ["tiny"], 5, "the filter, no enter")
+        assert screen.query_one("#metrics-filter").has_focus  # still typing
+        await pilot.press("enter")
+        await pilot.pause()
+        assert list(screen.charts) == ["tiny"] and screen.pattern == "tiny"

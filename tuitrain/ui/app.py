@@ -113,7 +113,8 @@ class TuitrainApp(ViewingApp):
         Binding("space", "toggle_pause", "Pause", tooltip="Pause at the next step boundary"),
         # the same key while the run is paused: the footer says what it does now
         Binding("space", "resume", "Resume", tooltip="Resume the paused run"),
-        Binding("s", "checkpoint", "Checkpoint", tooltip="Save a checkpoint after this step"),
+        # "Save", not "Checkpoint": at 80 columns the footer has room for g then
+        Binding("s", "checkpoint", "Save", tooltip="Save a checkpoint after this step"),
         Binding("f", "profile", "Profile", tooltip=f"Profile the next {PROFILE_STEPS} steps"),
         Binding(
             "m",
@@ -127,7 +128,6 @@ class TuitrainApp(ViewingApp):
             "g",
             "metrics",
             "Metrics",
-            show=False,  # the footer is full at 80 columns; ? lists it
             tooltip="A chart for every series the run holds (/ filters them)",
         ),
         Binding(
