@@ -271,6 +271,10 @@ def test_stop_and_pause_from_another_thread(tiny_config) -> None:
     assert not worker.is_alive()
     assert results[0].status == "stopped" and results[0].reason == "test stop"
     assert store_sink.of("end")[0]["status"] == "stopped"
+    # the pause and resume events carry the step they name (the event log's step column)
+    for kind in ("pause", "resume"):
+        event = next(e for e in store_sink.of("event") if e.get("kind") == kind)
+        assert event["message"].endswith(f"at step {event['step']}"), event
 
 
 def test_profile_steps_writes_top_table(tiny_config, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ log say match what the screen shows."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -25,6 +26,7 @@ from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.screens.help import HelpScreen
 from tuitrain.ui.screens.metrics import MetricsScreen
 from tuitrain.ui.terminal import LEAVE_AND_CLEAR
+from tuitrain.ui.widgets.events import EventLog
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -169,3 +171,69 @@ async def test_the_metrics_filter_applies_as_you_type() -> None:
         await pilot.press("enter")
         await pilot.pause()
         assert list(screen.charts) == ["tiny"] and screen.pattern == "tiny"
+
+
+def event_rows(log: EventLog) -> list[tuple[str, str]]:
+    """(step column, text) per line of the event log, continuation lines left out."""
+    rows = []
+    for strip in log.lines:
+        step, _, text = strip.text.partition(" · ")
+        if text:
+            rows.append((step.strip(), text.strip()))
+    return rows
+
+
+def pause_resume_run(tmp_path: Path) -> Path:
+    """A run's file as the engine wrote it before its pause events had a step: trained to
+    step 220 (a log point every 10), paused at 223, resumed, an eval at 230."""
+    from tests.ui.fake_records import header, train
+
+    lines = [header("bf16", "cpu", total_steps=400)]
+    for step in range(10, 230, 10):
+        lines.append(train(step, "bf16", False))
+    lines += [
+        {"type": "event", "level": "info", "message": "checkpoint saved at step 200",
+         "kind": "checkpoint", "step": 200},
+        {"type": "event", "level": "info", "message": "paused at step 223", "kind": "pause"},
+        {"type": "event", "level": "info", "message": "resumed at step 223", "kind": "resume"},
+        {"type": "eval", "step": 210, "epoch": 1.0, "val_loss": 0.5, "val_acc": 0.8},
+        {"type": "eval", "step": 230, "epoch": 1.1, "val_loss": 0.4, "val_acc": 0.85},
+    ]  # fmt: skip
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+async def test_the_event_logs_step_column_is_the_step_the_event_names(tmp_path: Path) -> None:
+    """The dashboard stamps an event with the last train step it saw (220): the column
+    said 220 beside "paused at step 223". An event's own step wins."""
+    store = store_of([json.loads(line) for line in pause_resume_run(tmp_path).open()])
+    app = TuitrainApp(store=store)
+    async with app.run_test(size=(120, 36)) as pilot:
+        log = app.query_one(EventLog)
+        await wait_for(pilot, lambda: len(event_rows(log)) >= 5, 10, "the event log")
+        rows = event_rows(log)
+    assert ("223", "paused at step 223") in rows and ("223", "resumed at step 223") in rows
+    for step, text in rows:
+        named = re.search(r"at step (\d+)", text)
+        if named:
+            assert step == named.group(1), (step, text)
+
+
+async def test_watch_lists_events_in_the_order_of_their_steps(tmp_path: Path) -> None:
+    """A file read by `watch` has no arrival stamps: a pause event without a step field
+    went with the checkpoint before it (step 200) and came before the eval at step 210."""
+    from tuitrain.rundir.follow import JsonlFollower
+
+    store = MetricStore()
+    JsonlFollower(pause_resume_run(tmp_path), store).poll()
+    app = TuitrainApp(store=store)
+    async with app.run_test(size=(120, 36)) as pilot:
+        log = app.query_one(EventLog)
+        await wait_for(pilot, lambda: len(event_rows(log)) >= 6, 10, "the event log")
+        rows = event_rows(log)
+    steps = [int(step) for step, _ in rows if step]
+    assert steps == sorted(steps), rows
+    texts = [text for _, text in rows]
+    epoch_1 = next(i for i, text in enumerate(texts) if text.startswith("epoch 1 done"))
+    assert texts.index("paused at step 223") > epoch_1, rows  # the eval at 210 came first

@@ -379,7 +379,7 @@ class Trainer:
         """Wait, polling (a heartbeat collective under DDP), until resumed or stopped; a
         checkpoint asked for meanwhile is saved at once."""
         self.control.state = "paused"
-        self.sink.write(event_record(f"paused at step {self.step}", kind="pause"))
+        self.sink.write(event_record(f"paused at step {self.step}", kind="pause", step=self.step))
         while self.pause_wanted and not self.stop_wanted:
             time.sleep(0.1)
             self.poll_commands(force=True)
@@ -388,7 +388,8 @@ class Trainer:
                 self.save("requested")
         self.control.state = "running"
         if not self.stop_wanted:
-            self.sink.write(event_record(f"resumed at step {self.step}", kind="resume"))
+            resumed = event_record(f"resumed at step {self.step}", kind="resume", step=self.step)
+            self.sink.write(resumed)
         self.meter.restart_clock()  # paused time is not training time
 
     def save_rank_state(self) -> None:
