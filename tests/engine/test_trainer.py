@@ -271,6 +271,10 @@ def test_stop_and_pause_from_another_thread(tiny_config) -> None:
     assert not worker.is_alive()
     assert results[0].status == "stopped" and results[0].reason == "test stop"
     assert store_sink.of("end")[0]["status"] == "stopped"
+    # the pause and resume events carry the step they name (the event log's step column)
+    for kind in ("pause", "resume"):
+        event = next(e for e in store_sink.of("event") if e.get("kind") == kind)
+        assert event["message"].endswith(f"at step {event['step']}"), event
 
 
 def test_profile_steps_writes_top_table(tiny_config, tmp_path: Path) -> None:
@@ -399,4 +403,7 @@ def test_a_long_log_interval_shows_a_sign_of_life(
     steps = [r["step"] for r in progress]
     assert steps and set(steps).isdisjoint(logged)  # only between log points
     assert steps == sorted(steps) and all(1 <= s <= 5 for s in steps)
-    assert all(r["step_time_s"] > 0 and "no log point yet" in r["message"] for r in progress)
+    assert all(r["step_time_s"] > 0 for r in progress)
+    for r in progress:  # before the first log point: none yet; after it: which step it was
+        said = "no log point yet" if r["step"] < 3 else "last log point at step 3"
+        assert said in r["message"], r["message"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+import pytest
+
 from tuitrain.metrics.records import end_record, eval_record, header_record, train_record
 from tuitrain.metrics.sinks import JsonlSink
 from tuitrain.rundir.ending import ending_lines, traceback_site
@@ -134,3 +136,61 @@ def test_compare_is_offered_with_the_newest_run_of_the_same_kind_only(tmp_path: 
     (tmp_path / "solo" / "b").mkdir()
     (tmp_path / "solo" / "b" / "metrics.jsonl").write_text("not a header\n")
     assert "--compare" not in "\n".join(ending_lines(lone))
+
+
+def test_next_commands_are_laid_out_for_the_terminals_width(tmp_path: Path) -> None:
+    """At 80 and 100 columns no line wraps: a command too long for one line with its
+    `# why` gets a line of its own, whole, and the reason comes on the next line."""
+    write_run(tmp_path / "experiments" / "fashion" / "before", "completed", "done")
+    run = write_run(
+        tmp_path / "experiments" / "fashion" / "fashion-mini-20261204-180000",
+        "stopped",
+        "stopped by SIGINT",
+        checkpoint=True,
+    )
+    wide = ending_lines(run)
+    commands = [line.split("  # ")[0].strip() for line in wide[wide.index("  next:") + 1 :]]
+    assert len(commands) == 4
+    for width in (80, 100):
+        lines = ending_lines(run, width=width)
+        nexts = lines[lines.index("  next:") + 1 :]
+        for command in commands:
+            whole = [line for line in nexts if command in line]
+            assert whole, f"{command!r} is not whole on a line at {width} columns"
+            if len(command) + 4 <= width:
+                assert len(whole[0]) <= width, whole[0]
+        reasons = " ".join(line.strip() for line in nexts if line.strip().startswith("# "))
+        assert "# continue from its last checkpoint" in reasons
+        assert all(len(line) <= width for line in nexts if line.strip().startswith("# "))
+    assert ending_lines(run, width=1000) == wide  # wide enough: the one table, as before
+
+
+def test_a_preset_description_too_long_is_cut_at_a_word() -> None:
+    from tuitrain.core.config import DESCRIPTION_CHARS, describe_presets
+    from tuitrain.core.text import cut_at_word
+
+    assert cut_at_word("one two three", 9) == "one two…"
+    assert cut_at_word("one two three", 20) == "one two three"
+    long = [desc for _, desc in describe_presets() if desc.endswith("…")]
+    assert long, "no shipped preset has a description longer than the limit"
+    for desc in long:
+        assert len(desc) <= DESCRIPTION_CHARS
+        assert not desc[-2].isspace()
+    full = dict(describe_presets())["charlm-fast"]
+    assert full.endswith("(nanoGPT's CPU recipe…"), full  # not "...recipe: 1.9"
+
+
+def test_list_presets_wraps_descriptions_at_words(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tuitrain.commands.train import list_presets
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert list_presets() == 0
+    out = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in out), max(out, key=len)
+    words = " ".join(out).split()
+    assert "1.918" in words and "nats/char" in words  # whole words, none split
+    monkeypatch.setenv("COLUMNS", "300")
+    list_presets()
+    assert any(len(line) > 100 for line in capsys.readouterr().out.splitlines())

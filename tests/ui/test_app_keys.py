@@ -72,11 +72,11 @@ async def test_a_viewer_offers_only_the_keys_that_act() -> None:
         await pilot.press("question_mark")
         text = text_of(app.screen.query_one("#help-keys"))
         assert "Log y" in text and "Close this viewer" in text
-        assert "Preset" not in text and "Checkpoint" not in text and "Pause" not in text
+        assert "Preset" not in text and "Save a checkpoint" not in text and "Pause" not in text
         await pilot.press("escape")
         titles = [cmd.title for cmd in app.get_system_commands(app.screen)]
         assert any(t.startswith("Log y") for t in titles)
-        assert not any(t.startswith(("Preset", "Checkpoint", "Pause")) for t in titles), titles
+        assert not any(t.startswith(("Preset", "Save", "Pause")) for t in titles), titles
         badge = app.query_one("#viewing", Static)
         assert text_of(badge) == "VIEWING" and badge.region.y == 0
         assert badge.region.right == 120
@@ -97,7 +97,7 @@ async def test_command_palette_lists_the_actions(monkeypatch: pytest.MonkeyPatch
     app = idle_dashboard(monkeypatch)
     async with app.run_test(size=(120, 36)):
         titles = [cmd.title for cmd in app.get_system_commands(app.screen)]
-    for wanted in ("Preset (p)", "Parity (c)", "Pause", "Checkpoint (s)", "Profile (f)", "Help"):
+    for wanted in ("Preset (p)", "Parity (c)", "Pause", "Save (s)", "Profile (f)", "Help"):
         assert any(t.startswith(wanted) for t in titles), (wanted, titles)
     assert not any(t.startswith("Stop run") for t in titles)
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -169,6 +171,7 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
     return overrides_from(pairs) + (["train.measure_peak=true"] if args.measure_peak else [])
 
 
+MIN_DESCRIPTION_COLUMN = 30  # narrower: --list-presets prints each preset on one line
 LAUNCHER_FLAGS = ("--nproc", "--nnodes", "--rdzv-endpoint")  # the launcher's, not the ranks'
 
 
@@ -188,12 +191,22 @@ def without_nproc(argv: list[str]) -> list[str]:
 
 
 def list_presets() -> int:
+    """Each preset's name, then its description, wrapped at words to the terminal's width
+    in a column of its own (no terminal: one line each)."""
     rows = describe_presets()
     width = max((len(name) for name, _ in rows), default=0)
+    columns = shutil.get_terminal_size((0, 0)).columns
+    room = columns - width - 2
     for name, desc in rows:  # a user preset's text is shown, never obeyed by the terminal
         default = " (default)" if name == DEFAULT_PRESET else ""
-        shown = strip_controls(f"{name:<{width}}  {desc}{default}", one_line=True)
-        print_out(shown)
+        text = strip_controls(f"{desc}{default}", one_line=True)
+        if columns <= 0 or room < MIN_DESCRIPTION_COLUMN:
+            print_out(strip_controls(f"{name:<{width}}  ", one_line=True) + text)
+            continue
+        lines = textwrap.wrap(text, room, break_on_hyphens=False) or [""]
+        print_out(strip_controls(f"{name:<{width}}  ", one_line=True) + lines[0])
+        for line in lines[1:]:
+            print_out(" " * (width + 2) + line)
     return 0
 
 

@@ -21,8 +21,10 @@ from typing import Any, Literal
 
 from tuitrain.core.errors import UserError
 from tuitrain.core.safefile import NotRegular, open_regular, regular_or_missing
+from tuitrain.core.text import cut_at_word
 
 DEFAULT_PRESET = "fashion-mini"
+DESCRIPTION_CHARS = 200  # a preset's description as listed: longer ones end "…" at a word
 PRESET_MAX_BYTES = 1 << 20  # a preset file is a few hundred bytes; this is surely not one
 
 
@@ -587,5 +589,5 @@ def describe_presets() -> list[tuple[str, str]]:
                 raise ConfigError(f"its preset.description must be text, not {type(desc).__name__}")
         except ConfigError as exc:
             desc = f"(unreadable: {exc})"
-        out.append((name, desc[:200]))
+        out.append((name, cut_at_word(desc, DESCRIPTION_CHARS)))
     return out

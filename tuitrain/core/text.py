@@ -22,3 +22,15 @@ def strip_controls(text: str, *, one_line: bool = False) -> str:
     if one_line:
         return CONTROLS_AND_NEWLINES.sub(lambda m: " " if m.group() in "\n\t\r" else "", text)
     return CONTROLS.sub("", text)
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters: whole when it fits, else cut at the last space
+    that leaves room for an ellipsis (mid-word only when one word is longer than `limit`)."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    space = head.rfind(" ")
+    if space > 0:
+        head = head[:space]
+    return head.rstrip(" ,;:·-") + "…"

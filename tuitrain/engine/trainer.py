@@ -71,6 +71,7 @@ class Trainer:
         self.strategy = parts.strategy
         self.count_tokens = self.task.counts_tokens
         self._said_at = (time.monotonic(), 0)  # (when, step) the last record was written
+        self._logged_step: int | None = None  # the last log point's step (a train record)
         self.meter = IntervalMeter(
             parts.device,
             parts.precision,
@@ -294,9 +295,11 @@ class Trainer:
             return
         per_step = (now - when) / (self.step - step)
         total = self.parts.total_steps
+        logged = self._logged_step
+        last = "no log point yet" if logged is None else f"last log point at step {logged}"
         self.sink.write(
             event_record(
-                f"step {self.step}/{total}, {per_step:.3g} s a step (no log point yet)",
+                f"step {self.step}/{total}, {per_step:.3g} s a step ({last})",
                 kind="progress",
                 step=self.step,
                 step_time_s=round(per_step, 4),
@@ -338,6 +341,7 @@ class Trainer:
                 nonfinite.append(name)
                 record[name] = None
         self.sink.write(record)
+        self._logged_step = self.step
         self.quiet_from_now()
         self.throughputs.append(record["samples_per_s"])
         self.diagnostics.check(record, self.step, nonfinite=nonfinite)
@@ -375,7 +379,7 @@ class Trainer:
         """Wait, polling (a heartbeat collective under DDP), until resumed or stopped; a
         checkpoint asked for meanwhile is saved at once."""
         self.control.state = "paused"
-        self.sink.write(event_record(f"paused at step {self.step}", kind="pause"))
+        self.sink.write(event_record(f"paused at step {self.step}", kind="pause", step=self.step))
         while self.pause_wanted and not self.stop_wanted:
             time.sleep(0.1)
             self.poll_commands(force=True)
@@ -384,7 +388,8 @@ class Trainer:
                 self.save("requested")
         self.control.state = "running"
         if not self.stop_wanted:
-            self.sink.write(event_record(f"resumed at step {self.step}", kind="resume"))
+            resumed = event_record(f"resumed at step {self.step}", kind="resume", step=self.step)
+            self.sink.write(resumed)
         self.meter.restart_clock()  # paused time is not training time
 
     def save_rank_state(self) -> None:

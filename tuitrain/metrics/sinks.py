@@ -341,12 +341,17 @@ class ConsoleSink(Sink):
         self._header: Record | None = None  # the run's declaration: how eval and end lines read
         self._step_times: deque[float] = deque(maxlen=ETA_WINDOW)  # the ETA, as the dashboard's
 
+    def declare(self, header: Record) -> None:
+        """Read the run's header (how eval and end lines read, step N/total) without
+        printing its line: a console that joins a run already shown (a detach)."""
+        self._header = header
+        self._total = header.get("total_steps") or None
+        self._step_times.clear()
+
     def write(self, record: Record) -> None:
         kind = record.get("type")
         if kind == "header":
-            self._header = record
-            self._total = record.get("total_steps") or None
-            self._step_times.clear()
+            self.declare(record)
         if kind == "train":
             line: str | None = self.train_line(record)
         else:

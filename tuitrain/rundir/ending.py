@@ -16,6 +16,8 @@ import contextlib
 import os
 import re
 import shlex
+import shutil
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,12 +40,17 @@ LAST_OUTPUT_LINES = 10  # a failed script's output shown at the end
 LINE_WIDTH = 200  # a longer output line is cut when shown (output.log keeps it whole)
 TRACEBACK = "Traceback (most recent call last):"
 FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>\S+))?')
+COMMAND_INDENT = "    "  # a next command's line
+WHY_INDENT = "      # "  # its reason's, on the line below when both do not fit on one
 LIBRARY_MARKS = ("site-packages", "dist-packages", "/lib/python3", "\\lib\\python3")
 
 
-def ending_lines(run_dir: str | Path, prog: str = "tuitrain") -> list[str]:
+def ending_lines(
+    run_dir: str | Path, prog: str = "tuitrain", width: int | None = None
+) -> list[str]:
     """The lines that close an interactive command over the run in `run_dir`: what
-    happened, its files, and the next commands (none when the folder holds no run)."""
+    happened, its files, and the next commands (none when the folder holds no run), the
+    commands laid out for a terminal `width` columns wide (None: no limit)."""
     run_dir = Path(run_dir)
     summary = summarize_run(run_dir)
     if summary is None:
@@ -55,15 +62,50 @@ def ending_lines(run_dir: str | Path, prog: str = "tuitrain") -> list[str]:
     if script and summary.status in ("failed", "crashed"):
         lines += failure_lines(output_tail(run_dir))
     lines.append("  next:")
-    steps = next_commands(run_dir, summary, script)
-    width = max(len(command) for command, _ in steps)
-    lines += [f"    {command:<{width}}  # {why}" for command, why in steps]
+    lines += command_lines(next_commands(run_dir, summary, script), width)
     return [strip_controls(line, one_line=True) for line in lines]
 
 
-def compare_lines(run_dirs: Sequence[Path], prog: str = "tuitrain watch --compare") -> list[str]:
+def command_lines(steps: Sequence[tuple[str, str]], width: int | None = None) -> list[str]:
+    """(command, why) pairs as lines a user copies from: a table (commands in a column,
+    `# why` beside them) when every row fits `width`; otherwise each command on a line of
+    its own whole (never cut: a copied command must run) with its `# why` beside it where
+    that fits, else on the next line, wrapped at words."""
+    column = max(len(command) for command, _ in steps)
+    table = [f"{COMMAND_INDENT}{command:<{column}}  # {why}" for command, why in steps]
+    if width is None or all(len(line) <= width for line in table):
+        return table
+    lines = []
+    for command, why in steps:
+        line = f"{COMMAND_INDENT}{command}  # {why}"
+        if len(line) <= width:
+            lines.append(line)
+            continue
+        lines.append(f"{COMMAND_INDENT}{command}")
+        lines += textwrap.wrap(
+            why,
+            width=max(width, len(WHY_INDENT) + 20),
+            initial_indent=WHY_INDENT,
+            subsequent_indent=WHY_INDENT,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    return lines
+
+
+def terminal_width() -> int | None:
+    """The width of the terminal stdout shows in (COLUMNS where set); None when stdout is
+    no terminal (a pipe, a file: nothing wraps there)."""
+    columns = shutil.get_terminal_size((0, 0)).columns
+    return columns if columns > 0 else None
+
+
+def compare_lines(
+    run_dirs: Sequence[Path], prog: str = "tuitrain watch --compare", width: int | None = None
+) -> list[str]:
     """The ending of a comparison: one line per run (what happened, its figures), then the
-    next commands (the gate between the first two, each run's own view)."""
+    next commands (the gate between the first two, each run's own view), laid out for
+    `width` columns as `ending_lines` does."""
     lines = [f"{prog}:"]
     width = max(len(str(d)) for d in run_dirs)
     for run_dir in run_dirs:
@@ -76,8 +118,11 @@ def compare_lines(run_dirs: Sequence[Path], prog: str = "tuitrain watch --compar
         lines.append(f"  {str(run_dir):<{width}}  {said}")
     first, second = (shlex.quote(str(d)) for d in run_dirs[:2])
     lines.append("  next:")
-    lines.append(f"    tuitrain gate {first} {second}  # is the second slower or worse? (CI)")
-    lines.append(f"    tuitrain watch {second}  # one run's own dashboard")
+    steps = [
+        (f"tuitrain gate {first} {second}", "is the second slower or worse? (CI)"),
+        (f"tuitrain watch {second}", "one run's own dashboard"),
+    ]
+    lines += command_lines(steps, width)
     return [strip_controls(line, one_line=True) for line in lines]
 
 
@@ -88,10 +133,11 @@ def print_ending(
     gone (nothing for no run dir; a stdout nobody reads any more is no error)."""
     if os.environ.get("TEXTUAL_DRIVER"):  # served (textual serve): stdout was the driver's
         return
+    width = terminal_width()
     if compare:
-        lines = compare_lines(compare)
+        lines = compare_lines(compare, width=width)
     elif run_dir is not None:
-        lines = ending_lines(run_dir, prog)
+        lines = ending_lines(run_dir, prog, width)
     else:
         return
     with contextlib.suppress(OSError, ValueError):

@@ -44,8 +44,8 @@ from tuitrain.metrics.store import MetricStore
 from tuitrain.rundir.layout import OUTPUT_LOG, TRAIN_LOG, RunDir
 from tuitrain.rundir.read import OutputTail
 from tuitrain.rundir.state import quiet_seconds, writer_exited
-from tuitrain.ui.panels import is_script_run, panel_ids
-from tuitrain.ui.screens.help import HelpScreen
+from tuitrain.ui.panels import is_script_run, panel_ids, throughput_unit
+from tuitrain.ui.screens.help import HelpScreen, panel_notes
 from tuitrain.ui.screens.metrics import MetricsScreen
 from tuitrain.ui.screens.parity import NO_PRESET, ParityScreen
 from tuitrain.ui.screens.presets import PresetScreen
@@ -113,7 +113,8 @@ class TuitrainApp(ViewingApp):
         Binding("space", "toggle_pause", "Pause", tooltip="Pause at the next step boundary"),
         # the same key while the run is paused: the footer says what it does now
         Binding("space", "resume", "Resume", tooltip="Resume the paused run"),
-        Binding("s", "checkpoint", "Checkpoint", tooltip="Save a checkpoint after this step"),
+        # "Save", not "Checkpoint": at 80 columns the footer has room for g then
+        Binding("s", "checkpoint", "Save", tooltip="Save a checkpoint after this step"),
         Binding("f", "profile", "Profile", tooltip=f"Profile the next {PROFILE_STEPS} steps"),
         Binding(
             "m",
@@ -127,7 +128,6 @@ class TuitrainApp(ViewingApp):
             "g",
             "metrics",
             "Metrics",
-            show=False,  # the footer is full at 80 columns; ? lists it
             tooltip="A chart for every series the run holds (/ filters them)",
         ),
         Binding(
@@ -509,7 +509,8 @@ class TuitrainApp(ViewingApp):
         self.notify(f"recording CUDA memory for the next {MEMORY_STEPS} steps", timeout=3)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.offered()))
+        notes = panel_notes(self._shown_ids, throughput_unit(self.store.snapshot()))
+        self.push_screen(HelpScreen(self.offered(), notes=notes))
 
     def action_toggle_log_y(self) -> None:
         for panel in self.panels:
@@ -679,17 +680,22 @@ def carry_on_detached(host: RunHost) -> int:
     from tuitrain.host.signals import stop_run_on_signals
     from tuitrain.host.stdio import std_streams_to, stdin_from_devnull, terminal_gone
     from tuitrain.metrics.sinks import ConsoleSink
+    from tuitrain.ui.terminal import clear_after_dashboard
 
+    clear_after_dashboard()  # only the line logs from here on: no frame of the dashboard
     lines = ConsoleSink()
-    header = host.store.snapshot().header if host.store is not None else None
-    if header is not None:
-        lines.write(header)  # its declarations: how the lines read, step N/total
+    snap = host.store.snapshot() if host.store is not None else None
+    if snap is not None and snap.header is not None:
+        lines.declare(dict(snap.header))  # how the lines read, step N/total
+    if snap is not None and snap.latest is not None:
+        lines.write(dict(snap.latest))  # the first line: where the run is, its figures
     host.late_sinks.append(lines)
     paused = host.control.paused
     host.control.resume()  # nothing here could unpause it; tuitrain watch can pause again
     run_dir = host.run_dir or host.requested_run_dir or "RUN_DIR"
     say(
-        f"tuitrain: dashboard closed; the run goes on here{' (resumed)' if paused else ''} "
+        f"tuitrain: dashboard closed at step {host.control.step}; the run goes on here"
+        f"{' (resumed)' if paused else ''} "
         f"with line logs; closing the terminal does not stop it. tuitrain watch {run_dir} "
         "shows it again; Ctrl-C stops it at a step boundary and saves"
     )

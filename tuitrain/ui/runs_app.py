@@ -29,11 +29,11 @@ from textual.widgets import DataTable, Footer, Input, Static
 from tuitrain.core.text import strip_controls
 from tuitrain.rundir.summary import COLUMNS, cells
 from tuitrain.rundir.summary import RunSummary as RunRow
+from tuitrain.ui.screens.metrics import FILTER_DELAY_S
 from tuitrain.ui.stopping import StoppingApp
 from tuitrain.ui.widgets.panel import esc
 
 MAX_FILTER = 200  # characters of filter text
-FILTER_DELAY_S = 0.12  # the filter applies once typing pauses this long
 
 
 def best_first(row: RunRow) -> tuple[bool, str, float]:

@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from typing import Any
+import sys
+from typing import IO, Any
 
 from textual.drivers.linux_driver import LinuxDriver
 
 from tuitrain.host.stdio import TerminalOutput
 
-__all__ = ["HangupSafeDriver", "TerminalOutput"]
+__all__ = ["HangupSafeDriver", "TerminalOutput", "clear_after_dashboard"]
+
+# out of the alternate screen (nothing where Textual left it already), then the whole
+# screen erased and the cursor at its top left
+LEAVE_AND_CLEAR = "\x1b[?1049l\x1b[H\x1b[2J"
 
 JOB_CONTROL_SIGNALS = (signal.SIGTSTP, signal.SIGCONT)  # the ones LinuxDriver takes
 
@@ -44,3 +49,18 @@ class HangupSafeDriver(LinuxDriver):
         for signum, handler in self.job_control_before.items():
             with contextlib.suppress(TypeError, ValueError):  # ValueError: not the main thread
                 signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
+def clear_after_dashboard(stream: IO[str] | None = None) -> bool:
+    """A terminal the dashboard drew on, cleared for the line logs that follow it (a
+    detach): a frame drawn while the app left the alternate screen would stay above them.
+    Nothing for a stream that is no terminal, or is gone. True when cleared."""
+    stream = stream if stream is not None else sys.stdout
+    try:
+        if not stream.isatty():
+            return False
+        stream.write(LEAVE_AND_CLEAR)
+        stream.flush()
+    except (OSError, ValueError, AttributeError):  # hung up, closed, no isatty
+        return False
+    return True

@@ -13,14 +13,37 @@ from textual.widgets import Static
 
 from tuitrain.ui.widgets.panel import esc as escape
 
-PANELS = (
-    "Loss: smoothed train loss per step, validation loss per epoch, accuracy · "
-    "Throughput: samples/s and step time · Memory: this process's allocator (alloc/reserved/"
-    "peak) and the GPU's memory in use by all processes, with its utilisation; host RSS on "
-    "CPU · GradScaler: fp16 loss scale on a log2 axis · Data wait: share of step time "
-    "waiting for the loader, with a verdict · Events: compile, epochs, warnings, errors · "
-    "Metrics (g): a chart for every series the run holds, / filters them by name"
+PANEL_NOTES = {  # what each panel shows, keyed by its id (tuitrain.ui.panels.panel_ids)
+    "loss": "Loss: smoothed train loss per step, validation loss per eval, accuracy",
+    "throughput": "Throughput: {unit}/s and step time",
+    "memory": "Memory: this process's allocator (alloc/reserved/peak) and the GPU's memory in "
+    "use by all processes, with its utilisation; host RSS on CPU",
+    "scaler": "GradScaler: fp16 loss scale on a log2 axis",
+    "metrics": "Metrics: the run's own metrics, then lr and grad norm, each with a sparkline",
+    "datawait": "Data wait: share of step time waiting for the loader, with a verdict",
+    "overview": "Overview: model, data, optimizer, versions, run dir",
+    "config": "Config: what the script was started with (its config, init keywords)",
+    "summary": "Summary: the last value of every key the script logged",
+}
+ALWAYS = (
+    "Events: compile, epochs, warnings, errors",
+    "Metrics (g): a chart for every series the run holds, / filters them by name",
 )
+
+
+def panel_notes(panel_ids: Iterable[str], unit: str = "samples") -> str:
+    """The help's footnote: what each panel on the screen shows, in grid order, then the
+    event log and the metrics screen; a panel not shown is not described. `unit`: what the
+    throughput is counted in (tuitrain.ui.panels.throughput_unit)."""
+    notes = {panel: note.replace("{unit}", unit) for panel, note in PANEL_NOTES.items()}
+    shown = [notes[panel] for panel in panel_ids if panel in notes]
+    return " · ".join([*shown, *ALWAYS])
+
+
+PANELS = panel_notes(("loss", "throughput", "memory", "scaler", "datawait", "overview"))
+
+CLOSES = "escape closes"
+MORE = "↓ more: ↑ ↓ scroll"
 
 
 def binding_rows(
@@ -81,10 +104,22 @@ class HelpScreen(ModalScreen[None]):
         ]
         with Vertical(id="help-dialog", classes="dialog") as dialog:
             dialog.border_title = self.title_text
-            dialog.border_subtitle = "escape closes"
+            dialog.border_subtitle = CLOSES
             with VerticalScroll():
                 yield Static("\n".join(lines), id="help-keys")
                 yield Static(f"[$foreground-muted]{escape(self.notes)}[/]", id="help-notes")
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self.say_if_it_scrolls)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.say_if_it_scrolls)
+
+    def say_if_it_scrolls(self) -> None:
+        """A list taller than the dialog scrolls (its bar shows); the border says so too."""
+        scroll = self.query_one(VerticalScroll)
+        more = scroll.max_scroll_y > 0
+        self.query_one("#help-dialog").border_subtitle = f"{MORE} · {CLOSES}" if more else CLOSES
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -1,5 +1,5 @@
-"""Metrics screen (`g`): a chart for every series the run holds, filtered by name (`/`),
-log y with `l`.
+"""Metrics screen (`g`): a chart for every series the run holds, filtered by name as you
+type (`/`; enter closes the box and keeps the filter), log y with `l`.
 
 The filter is literal text, case-insensitive, found anywhere in a metric's name or in the name
 a script logged it under (`eval_top1` finds `val_top1`, charted as `val_top1 (eval_top1)`);
@@ -24,6 +24,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical, VerticalScroll
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
 
 from tuitrain.metrics.store import Snapshot
@@ -34,6 +35,7 @@ from tuitrain.ui.widgets.panel import esc
 
 MAX_CHARTS = 30  # more metrics than this: the first ones, and the filter narrows the rest
 MAX_FILTER = 200  # characters of filter text
+FILTER_DELAY_S = 0.12  # a filter applies as you type, once the keys pause this long
 
 
 def metric_specs(snap: Snapshot) -> list[dict[str, Any]]:
@@ -89,6 +91,7 @@ class MetricsScreen(Screen[None]):
         self.charts: dict[str, MetricChart] = {}
         self._shown: tuple[str, ...] | None = None
         self._drawn: dict[str, object] = {}
+        self._filter_timer: Timer | None = None  # the pending as-you-type redraw
 
     def compose(self) -> ComposeResult:
         with Vertical(id="metrics-top"):
@@ -165,11 +168,27 @@ class MetricsScreen(Screen[None]):
         box.add_class("-open")
         box.focus()
 
+    def on_input_changed(self, event: Input.Changed) -> None:
+        """As you type: redraw once the keys pause (a burst is one redraw), as the runs
+        table's filter does."""
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+        self._filter_timer = self.set_timer(FILTER_DELAY_S, self.apply_filter)
+
+    def apply_filter(self) -> None:
+        self._filter_timer = None
+        pattern = self.query_one("#metrics-filter", Input).value.strip()[:MAX_FILTER]
+        if pattern != self.pattern:
+            self.pattern = pattern
+            self.redraw()
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.pattern = event.value.strip()[:MAX_FILTER]
+        """Enter closes the box; the filter stays."""
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+        self.apply_filter()
         event.input.remove_class("-open")
         self.set_focus(None)
-        self.redraw()
 
     def action_toggle_log_y(self) -> None:
         self.log_y = not self.log_y

@@ -37,28 +37,37 @@ LEVEL_MARK["error"] = ("✖", "error")
 LEVEL_MARK["traceback"] = (" ", "foreground-darken-2")
 LEVEL_MARK["sample"] = ("│", "secondary")
 MAX_SAMPLE_LINES = 40
-SAMPLE_STEP = re.compile(r"sample at step (\d{1,19}):")  # the step a sample's message names
+# the step a message names ("paused at step 223", "sample at step 40:", "checkpoint saved at
+# step 92"): an older run's pause and sample events carry no step field of their own
+NAMED_STEP = re.compile(r"\bat step (\d{1,19})\b")
 MAX_BURST = 200  # more new records at once (watch opening a long run): the newest only
+
+
+def own_step(rec: Record) -> int | None:
+    """The step a record is about: its `step` field, else the step its message names
+    ("paused at step 223"); None when it names none (a warning, a run's start)."""
+    value = rec.get("step")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value)
+    found = NAMED_STEP.search(str(rec.get("message") or ""))
+    return int(found.group(1)) if found else None
 
 
 def ordered_records(snap: Snapshot) -> list[Record]:
     """Events and evals in the order they happened.
 
-    The dashboard's store copies carry an arrival stamp (`_seq`). Records read from a file by
-    `watch` carry none: they go by step (an event without one takes the step of the event
-    before it; a language model's sample, the step its message names), an evaluation before
-    the events of its step (the engine evaluates, then saves the epoch's checkpoint), then
-    file order; unstamped ones come before stamped ones.
+    The dashboard's store copies carry an arrival stamp (`_seq`): the order they were
+    written. Records read from a file by `watch` carry none: they go by step (their own, or
+    the one their message names; an event that names none takes the step of the event
+    before it), an evaluation before the events of its step (the engine evaluates, then
+    saves the epoch's checkpoint), then file order; unstamped ones come before stamped ones.
     """
     keyed: list[tuple[int, float, int, int, Record]] = []
     for rank, records in ((1, snap.events), (0, snap.evals)):
         step: float = -1.0
         for i, rec in enumerate(records):
-            value = rec.get("step")
-            if value is None and rec.get("kind") == "sample":  # the engine's has no step field
-                found = SAMPLE_STEP.match(str(rec.get("message") or ""))
-                value = int(found.group(1)) if found else None
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = own_step(rec)
+            if value is not None:
                 step = float(value)
             keyed.append((rec.get(SEQ_KEY, -1), step, rank, i, rec))
     keyed.sort(key=lambda t: t[:4])
@@ -172,7 +181,10 @@ class EventLog(RichLog):
     def write_record(self, rec: Record) -> None:
         if rec.get("kind") == "progress":  # a sign of life: the status bar's, not a line here
             return
-        step = rec.get(STEP_KEY, rec.get("step"))
+        # the step column: the record's own step where it has or names one (the text and
+        # the column agree), else the last train step when it arrived
+        named = own_step(rec)
+        step = named if named is not None else rec.get(STEP_KEY)
         if rec.get("type") == "eval":
             self.add(step, eval_line(rec, self._header))
             return
