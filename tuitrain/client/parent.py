@@ -33,6 +33,7 @@ from tuitrain.rundir.read import last_records
 
 GRACE_S = 10.0
 HOOK_TIMEOUT_S = 60.0  # an --on-alert hook (and what it started) is killed after this
+HOOK_GRACE_S = 5.0  # ... or this long after the script ended, when tuitrain run closes
 CHUNK = 64 * 1024  # the script's output is read this much at a time
 LINE_CAP = 4096  # bytes of one output line shown (Output pane, --no-ui); the output log keeps all
 LOOK_EVERY_S = 1.0  # how often to look for a metrics file the script writes elsewhere
@@ -81,11 +82,14 @@ def alert_rules(items: Sequence[str]) -> dict[str, str]:
 class AlertActions:
     """What `tuitrain run` does with the alert events the client writes: a `stop` asks the
     script to stop (for loops that do not poll run.should_stop), `--on-alert` runs (in a
-    session of its own: a hook that outlives HOOK_TIMEOUT_S is killed with what it started)."""
+    session of its own: a hook that outlives HOOK_TIMEOUT_S is killed with what it started;
+    one still running HOOK_GRACE_S after the script ended too, at `close`)."""
 
     def __init__(self, script: Script, on_alert: str | None, say: Callable[[str], None]) -> None:
         self.script, self.on_alert, self.say = script, on_alert, say
         self.hooks: list[threading.Thread] = []
+        self.procs: dict[threading.Thread, subprocess.Popen[str]] = {}  # each hook's process
+        self.closing = False
 
     def see(self, record: dict[str, Any]) -> None:
         if record.get("type") != "event" or record.get("kind") != "alert":
@@ -102,14 +106,38 @@ class AlertActions:
     def _hook(self, payload: str) -> None:
         from tuitrain.core.hooks import run_hook  # the engine's on_alert runs through it too
 
-        if why := run_hook(self.on_alert or "", payload, HOOK_TIMEOUT_S):
+        def started(proc: subprocess.Popen[str]) -> None:
+            self.procs[threading.current_thread()] = proc
+
+        why = run_hook(self.on_alert or "", payload, HOOK_TIMEOUT_S, started)
+        if why and not self.closing:  # ended by `close`: it says so, once for them all
             with contextlib.suppress(Exception):
                 self.say(f"--on-alert failed: {why}")
 
-    def close(self) -> None:
-        deadline = time.monotonic() + HOOK_TIMEOUT_S + 5
+    def close(self, grace_s: float = HOOK_GRACE_S) -> None:
+        """The script has ended: hooks still running get `grace_s`, then they are ended
+        (SIGKILL to each one's process group, what it started too), said in one line among
+        the script's notes. `tuitrain run` never waits HOOK_TIMEOUT_S for them."""
+        deadline = time.monotonic() + grace_s
         for thread in self.hooks:
-            thread.join(timeout=max(deadline - time.monotonic(), 0.1))
+            thread.join(timeout=max(deadline - time.monotonic(), 0.0))
+        left = [thread for thread in self.hooks if thread.is_alive()]
+        if not left:
+            return
+        self.closing = True
+        for thread in left:
+            proc = self.procs.get(thread)
+            if proc is not None and proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 2  # its thread reaps it (a daemon: never waited for)
+        for thread in left:
+            thread.join(timeout=max(deadline - time.monotonic(), 0.0))
+        n = len(left)
+        self.script.notes.append(
+            f"{n} --on-alert hook{'s' * (n > 1)} still running {grace_s:g} s after the script "
+            f"ended: ended (SIGKILL), with everything {'they' if n > 1 else 'it'} started"
+        )
 
 
 class LineCutter:

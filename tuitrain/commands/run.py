@@ -280,6 +280,8 @@ def run_dashboard(script: Script, on_alert: str | None = None) -> int:
             except subprocess.TimeoutExpired:
                 script.send(signal.SIGKILL)
                 script.proc.wait()
-        return script.finish()
+        code = script.finish()
+        app.actions.close()  # hooks still running: a short grace, then ended
+        return code
     finally:
         undo()
