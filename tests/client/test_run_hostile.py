@@ -11,6 +11,7 @@ import random
 import re
 import socket
 import stat
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -326,6 +327,8 @@ def test_readers_never_wait_on_a_fifo_or_follow_a_link(tmp_path: Path) -> None:
 
 
 class _Exited:
+    notes: list[str] = []
+
     class proc:  # noqa: N801 - stands in for Popen
         @staticmethod
         def poll() -> int:
@@ -342,11 +345,43 @@ def test_an_on_alert_hook_that_runs_too_long_is_killed_with_what_it_started(
     hook = f"sleep 300 & echo $! > {pids}; (trap '' TERM; exec sleep 301) & echo $! >> {pids}; wait"
     actions = AlertActions(_Exited(), hook, said.append)  # type: ignore[arg-type]
     actions.see({"type": "event", "kind": "alert", "alert": "loss_spike", "action": "warn"})
-    actions.close()
+    actions.close(grace_s=30)  # its own time limit (5 s) comes first
     started = [int(p) for p in pids.read_text().split()]
     assert len(started) == 2  # both started within the 5 s
     wait_until(lambda: all(gone(p) for p in started), "the hook's children ended")
     assert said and "killed, with everything it started" in said[0]
+
+
+SPIKE_THEN_EXIT = (
+    "import time, tuitrain\nrun = tuitrain.init(flush_s=0.2)\n"
+    "for s in range(60):\n    run.log({'loss': 100.0 if s == 30 else 1.0}, step=s)\n"
+    "time.sleep(1.0)\nrun.finish()\n"
+)
+
+
+@pytest.mark.slow
+def test_a_hook_still_running_when_the_script_ends_gets_a_short_grace_not_a_minute(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hung --on-alert hook does not hold tuitrain run's exit for HOOK_TIMEOUT_S after the
+    script is done: HOOK_GRACE_S, then it is ended with what it started, in one line."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pids = tmp_path / "pids"
+    hook = f"sleep 300 & echo $! > {pids}; echo $$ >> {pids}; sleep 301"
+    began = time.monotonic()
+    code = run_cmd.main(["--run-dir", str(tmp_path / "run"), "--no-ui", "--alert",
+                         "loss_spike=warn", "--alert", "divergence=off", "--on-alert", hook,
+                         "--", sys.executable, "-c", SPIKE_THEN_EXIT])  # fmt: skip
+    took = time.monotonic() - began
+    out, err = capsys.readouterr()
+    assert code == 0, (out, err)
+    assert "alert loss_spike" in out and "--on-alert failed" not in out + err
+    (line,) = [x for x in err.splitlines() if "--on-alert hook" in x]
+    assert f"1 --on-alert hook still running {parent.HOOK_GRACE_S:g} s after" in line
+    assert "ended (SIGKILL), with everything it started" in line
+    started = [int(p) for p in pids.read_text().split()]
+    wait_until(lambda: all(gone(p) for p in started), "the hook and its child ended", 10)
+    assert took < parent.HOOK_TIMEOUT_S  # the old wait: the hook's whole time limit
 
 
 def test_output_before_the_first_listener_is_not_lost(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ there, and a script that logs to a run dir of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -98,6 +99,57 @@ def test_what_the_script_leaves_in_its_group_is_ended_and_named(
     assert sorted(event["commands"]) == ["sleep 300", "sleep 301"]
     assert "left 2 processes" in err
     assert recs[-1]["type"] == "end" and recs[-1]["exit_code"] == 3
+
+
+# leaves three helpers outside its process group: a new session, a double fork with setsid
+# (reparented away at once), and a new session with an empty environment, seen while it ran
+ESCAPER = r"""
+import os, subprocess, sys, time
+pids = open(sys.argv[1], "w")
+a = subprocess.Popen(["sleep", "310"], start_new_session=True)
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    child = os.fork()
+    if child == 0:
+        os.execvp("sleep", ["sleep", "311"])
+    os.write(w, str(child).encode())
+    os._exit(0)
+os.close(w)
+b = int(os.read(r, 64))
+c = subprocess.Popen(["sleep", "312"], start_new_session=True, env={"PATH": "/bin:/usr/bin"})
+pids.write(f"{a.pid} {b} {c.pid}")
+pids.close()
+time.sleep(2)  # long enough for tuitrain run to see the one without the environment
+print("bye", flush=True)
+"""
+
+
+def test_helpers_outside_the_process_group_are_ended_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new session and a double fork escape the process group's kill: tuitrain run finds
+    them (its environment variable, the tree it saw), ends them, and says so in one line
+    and in the leftover event."""
+    run_dir, pids = tmp_path / "run", tmp_path / "pids"
+    try:
+        code = run_cmd.main(["--run-dir", str(run_dir), "--no-ui", "--grace-s", "0.5", "--",
+                             sys.executable, "-c", ESCAPER, str(pids)])  # fmt: skip
+        out, err = capsys.readouterr()
+        assert code == 0 and "bye" in out, (out, err)
+        left = [int(p) for p in pids.read_text().split()]
+        wait_until(lambda: all(gone(p) for p in left), "the helpers ended", timeout=10)
+    finally:
+        for pid in [int(p) for p in pids.read_text().split()] if pids.exists() else []:
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
+    recs = records(run_dir / "metrics.jsonl")
+    (event,) = [r for r in recs if r.get("kind") == "leftover_processes"]
+    assert event["processes"] == 3 and event["outside_group"] == 3
+    assert sorted(event["commands"]) == ["sleep 310", "sleep 311", "sleep 312"]
+    (line,) = [x for x in err.splitlines() if "left 3 processes" in x]
+    assert "outside its process group" in line and "ended them" in line
+    assert recs[-1]["type"] == "end" and recs[-1]["exit_code"] == 0
 
 
 def test_a_second_tuitrain_run_on_a_live_run_dir_is_refused_and_writes_nothing(

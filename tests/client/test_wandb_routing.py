@@ -352,6 +352,38 @@ def test_hf_report_to_wandb_after_install(monkeypatch: pytest.MonkeyPatch, tmp_p
 
 
 @pytest.mark.slow
+def test_hf_report_to_wandb_a_second_train_is_a_run_of_its_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """HF's WandbCallback finds the run open at the next train() (the same Trainer, or a
+    second one) and logs on: its global step goes back, and each train() is a run of its
+    own, as with TuitrainCallback, not rows placed over the first run's last step."""
+    monkeypatch.setenv("TUITRAIN_RUN_DIR", str(tmp_path / "run"))
+    tuitrain.wandb.install()
+    trainer = hf_trainer(tmp_path, "wandb", "hf-wandb")
+    trainer.train()
+    trainer.train()  # the same Trainer again
+    hf_trainer(tmp_path, "wandb", "hf-wandb").train()  # a second Trainer, its own callback
+    import wandb
+
+    wandb.finish()
+    dirs = [tmp_path / "run", tmp_path / "run-2", tmp_path / "run-3"]
+    for n, run_dir in enumerate(dirs):
+        recs = records(run_dir)
+        if n == 0:
+            assert_hf_run(recs, "hf-wandb")
+        else:  # opened by the drop-in: the TrainingArguments in its header, its own metadata
+            assert recs[0]["config"]["script"]["max_steps"] == 20
+            assert recs[0]["preset"] == "hf-wandb" and recs[0]["config"]["meta"]["project"]
+        trains = [r for r in of(recs, "train") if "loss" in r]
+        assert [r["step"] for r in trains] == [5, 10, 15, 20]
+        assert [r["step"] for r in of(recs, "eval")] == [10, 20]
+        assert recs[-1]["type"] == "end" and recs[-1]["status"] == "completed"
+        if n < 2:
+            assert "went back to 5 (its next train())" in recs[-1]["reason"]
+
+
+@pytest.mark.slow
 def test_hf_report_to_trackio_after_install(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -18,6 +18,7 @@ from tuitrain.metrics.store import MetricStore
 from tuitrain.ui import app as app_module
 from tuitrain.ui.app import TuitrainApp
 from tuitrain.ui.screens.quit import QuitScreen
+from tuitrain.ui.session import RunEnded
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -63,6 +64,34 @@ async def test_ctrl_c_asks_and_escape_cancels(ui_overrides: Callable[..., list[s
     assert host.join(10)
     end = records(host.run_dir)[-1]
     assert end["type"] == "end" and end["status"] == "stopped"
+
+
+async def test_q_asks_between_a_switched_runs_end_and_the_next_start(
+    ui_overrides: Callable[..., list[str]],
+) -> None:
+    """A preset switch (p): the old run has ended and the next preset starts when the app
+    hears of it. q in between asks too (it used to leave at once, no question); stop in the
+    question then stops the run that started meanwhile (exit code 4)."""
+    app = live_app(ui_overrides(epochs=40))
+    async with app.run_test(size=(120, 36)) as pilot:
+        first = app.host
+        assert first is not None
+        await wait_for(pilot, lambda: latest_step_of(app) >= 2, what="step 2")
+        held: list[RunHost] = []
+        first.on_end = held.append  # the engine's "ended" waits here: the window, held open
+        app.switch_to("fashion-mini")
+        await wait_for(pilot, lambda: held and not first.alive, what="the first run's end")
+        await pilot.press("q")
+        assert app.is_running and isinstance(app.screen, QuitScreen)
+        app.post_message(RunEnded(held[0]))  # what the engine thread posts: the switch goes on
+        await wait_for(pilot, lambda: app.host is not first, what="the next preset's run")
+        second = app.host
+        assert second is not None and isinstance(app.screen, QuitScreen)
+        await pilot.press("q")  # stop, in the question
+        await wait_for(pilot, lambda: not app.is_running, what="the exit")
+    assert app.return_value == EXIT_STOPPED
+    assert second.join(10)
+    assert second.result is not None and second.result.status == "stopped"
 
 
 async def test_detach_leaves_the_run_training(

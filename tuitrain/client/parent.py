@@ -18,7 +18,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -33,10 +33,15 @@ from tuitrain.rundir.read import last_records
 
 GRACE_S = 10.0
 HOOK_TIMEOUT_S = 60.0  # an --on-alert hook (and what it started) is killed after this
+HOOK_GRACE_S = 5.0  # ... or this long after the script ended, when tuitrain run closes
 CHUNK = 64 * 1024  # the script's output is read this much at a time
 LINE_CAP = 4096  # bytes of one output line shown (Output pane, --no-ui); the output log keeps all
 LOOK_EVERY_S = 1.0  # how often to look for a metrics file the script writes elsewhere
 SHOWN_LEFTOVERS = 5  # commands named in the leftover-processes event
+TRACK_EVERY_S = 0.5  # how often the script's process tree is looked at (what it started)
+# set for the script, one value a `tuitrain run`: its descendants carry it, a helper that left
+# the script's process group (a new session, a double fork) too, so the end finds them
+RUN_TREE_ENV = "TUITRAIN_RUN_TREE"
 BACKLOG = 2000  # output lines kept for a listener that comes after the script started
 # a `tuitrain run` started in the background (`&`, nohup) inherits SIGINT/SIGQUIT (SIGHUP)
 # ignored: the script gets them back at their defaults, so Ctrl-C, `q` and a stop alert reach it
@@ -77,11 +82,14 @@ def alert_rules(items: Sequence[str]) -> dict[str, str]:
 class AlertActions:
     """What `tuitrain run` does with the alert events the client writes: a `stop` asks the
     script to stop (for loops that do not poll run.should_stop), `--on-alert` runs (in a
-    session of its own: a hook that outlives HOOK_TIMEOUT_S is killed with what it started)."""
+    session of its own: a hook that outlives HOOK_TIMEOUT_S is killed with what it started;
+    one still running HOOK_GRACE_S after the script ended too, at `close`)."""
 
     def __init__(self, script: Script, on_alert: str | None, say: Callable[[str], None]) -> None:
         self.script, self.on_alert, self.say = script, on_alert, say
         self.hooks: list[threading.Thread] = []
+        self.procs: dict[threading.Thread, subprocess.Popen[str]] = {}  # each hook's process
+        self.closing = False
 
     def see(self, record: dict[str, Any]) -> None:
         if record.get("type") != "event" or record.get("kind") != "alert":
@@ -98,14 +106,38 @@ class AlertActions:
     def _hook(self, payload: str) -> None:
         from tuitrain.core.hooks import run_hook  # the engine's on_alert runs through it too
 
-        if why := run_hook(self.on_alert or "", payload, HOOK_TIMEOUT_S):
+        def started(proc: subprocess.Popen[str]) -> None:
+            self.procs[threading.current_thread()] = proc
+
+        why = run_hook(self.on_alert or "", payload, HOOK_TIMEOUT_S, started)
+        if why and not self.closing:  # ended by `close`: it says so, once for them all
             with contextlib.suppress(Exception):
                 self.say(f"--on-alert failed: {why}")
 
-    def close(self) -> None:
-        deadline = time.monotonic() + HOOK_TIMEOUT_S + 5
+    def close(self, grace_s: float = HOOK_GRACE_S) -> None:
+        """The script has ended: hooks still running get `grace_s`, then they are ended
+        (SIGKILL to each one's process group, what it started too), said in one line among
+        the script's notes. `tuitrain run` never waits HOOK_TIMEOUT_S for them."""
+        deadline = time.monotonic() + grace_s
         for thread in self.hooks:
-            thread.join(timeout=max(deadline - time.monotonic(), 0.1))
+            thread.join(timeout=max(deadline - time.monotonic(), 0.0))
+        left = [thread for thread in self.hooks if thread.is_alive()]
+        if not left:
+            return
+        self.closing = True
+        for thread in left:
+            proc = self.procs.get(thread)
+            if proc is not None and proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 2  # its thread reaps it (a daemon: never waited for)
+        for thread in left:
+            thread.join(timeout=max(deadline - time.monotonic(), 0.0))
+        n = len(left)
+        self.script.notes.append(
+            f"{n} --on-alert hook{'s' * (n > 1)} still running {grace_s:g} s after the script "
+            f"ended: ended (SIGKILL), with everything {'they' if n > 1 else 'it'} started"
+        )
 
 
 class LineCutter:
@@ -196,23 +228,47 @@ def refuse_special(path: Path) -> None:
     raise not_regular(path, mode, "remove or rename it, or pass another --run-dir")
 
 
-def end_group(pgid: int, grace_s: float) -> list[str]:
-    """End what is left of process group `pgid` (the script has exited): SIGTERM, then SIGKILL
-    after `grace_s`. Returns the commands of the processes that were left (Linux: /proc)."""
-    from tuitrain.client.proctree import group_members
+def end_leftovers(
+    pgid: int, grace_s: float, seen: Collection[tuple[int, int]] = (), marker: str = ""
+) -> tuple[list[str], list[str]]:
+    """End what the script left running once it has exited: the live processes of its process
+    group `pgid`, and those outside it (a new session, a double fork): the descendants `seen`
+    ((pid, start) each) while it ran, the processes whose environment holds RUN_TREE_ENV=`marker`,
+    and what those started. SIGTERM, then SIGKILL after `grace_s`; a pid that names another
+    process by now is left alone. Returns the commands of what was left: in the group, outside
+    it (Linux: /proc)."""
+    from tuitrain.client.proctree import carrying, command_line, group_members, started, tree_pids
 
-    left = group_members(pgid)
-    if not left:
-        return []
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while group_members(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if group_members(pgid):
+    group = group_members(pgid)
+    ours = {pid for pid, _ in group}
+    found = set(seen) | (carrying(RUN_TREE_ENV, marker) if marker else set())
+    outside = {(pid, start) for pid, start in found if pid not in ours and started(pid) == start}
+    for pid, _ in list(outside):  # a helper's own children, in a group of its own
+        below = {(p, t) for p in tree_pids(pid) if (t := started(p)) is not None}
+        outside |= {(p, t) for p, t in below if p not in ours}
+    if not group and not outside:
+        return [], []
+    shown = [command_line(pid) for pid, _ in sorted(outside)]
+
+    def alive() -> set[tuple[int, int]]:
+        return {(pid, start) for pid, start in outside if started(pid) == start}
+
+    def send(signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-    return [command for _, command in left]
+            os.killpg(pgid, signum)
+        for pid, _ in alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
+
+    send(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while (group_members(pgid) or alive()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if group_members(pgid) or alive():
+        for pid, _ in alive():  # what they started during the grace
+            outside |= {(p, t) for p in tree_pids(pid) if (t := started(p)) is not None}
+        send(signal.SIGKILL)
+    return [command for _, command in group], shown
 
 
 def default_signals() -> None:
@@ -245,6 +301,7 @@ class Script:
         self.notes: list[str] = []  # said once the run is over (main prints them)
         self.elsewhere: str | None = None  # a metrics file the script writes instead of ours
         self.leftovers: list[str] = []
+        self.outside = 0  # of the leftovers, those outside the script's process group
         self._runs = [run_dir]  # the script's runs, in the order they started
         self._run_locks: list[IO[str]] = []  # the later runs' RUN_LOCK_NAME, held
         self._runs_lock = threading.Lock()
@@ -252,7 +309,12 @@ class Script:
         self._code: int | None = None
         self._finishing = threading.Lock()
         self._out_lock = threading.Lock()
-        env = {**os.environ, "TUITRAIN_RUN_DIR": str(run_dir), "PYTHONUNBUFFERED": "1"}
+        self.marker = f"{os.getpid()}-{time.time_ns()}"
+        self.seen: set[tuple[int, int]] = set()  # (pid, start) of every descendant looked at
+        env = {
+            **os.environ, "TUITRAIN_RUN_DIR": str(run_dir), "PYTHONUNBUFFERED": "1",
+            RUN_TREE_ENV: self.marker,
+        }  # fmt: skip
         if alerts:
             env["TUITRAIN_ALERTS"] = json.dumps(alerts)  # the client's rules
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -285,6 +347,19 @@ class Script:
         self.cutter = LineCutter()
         self.pump = threading.Thread(target=self._pump, name="tuitrain-output", daemon=True)
         self.pump.start()
+        self.tracker = threading.Thread(target=self._track, name="tuitrain-tree", daemon=True)
+        self.tracker.start()
+
+    def _track(self) -> None:
+        """Every TRACK_EVERY_S while the script runs: each process in its tree remembered (a
+        helper in a session of its own is not in its process group; `finish` ends it too)."""
+        from tuitrain.client.proctree import started, tree_pids
+
+        while started(self.proc.pid) is not None:
+            for pid in tree_pids(self.proc.pid)[1:]:
+                if (start := started(pid)) is not None:
+                    self.seen.add((pid, start))
+            time.sleep(TRACK_EVERY_S)
 
     def _pump(self) -> None:
         """CHUNK bytes at a time: to output.log as read, then as cut lines to the listeners."""
@@ -404,7 +479,7 @@ class Script:
         return 128 - code if code is not None and code < 0 else int(code or 0)
 
     def finish(self) -> int:
-        """After the child ended: what it left in its process group ended, the output drained,
+        """After the child ended: what it left running ended (`end_leftovers`), the output drained,
         the end record ensured, the run dir given back; the exit code. Idempotent and
         thread-safe (a second caller waits for the first)."""
         with self._finishing:
@@ -412,7 +487,9 @@ class Script:
                 return self._code
             self.proc.wait()
             code = self.exit_code()
-            self.leftovers = end_group(self.proc.pid, self.grace_s)
+            self.tracker.join(timeout=5)  # it stops once the script is gone
+            group, outside = end_leftovers(self.proc.pid, self.grace_s, set(self.seen), self.marker)
+            self.leftovers, self.outside = group + outside, len(outside)
             self.pump.join(timeout=5)
             with self._out_lock:
                 self.output.close()
@@ -421,7 +498,7 @@ class Script:
                 for path in runs:
                     self._write_records(code, path, newest=path == runs[-1])
                 if self.leftovers:
-                    self.notes.append(leftover_message(self.leftovers, self.grace_s))
+                    self.notes.append(leftover_message(self.leftovers, self.grace_s, self.outside))
             finally:
                 self._run_lock.close()
                 for held in self._run_locks:
@@ -443,7 +520,7 @@ class Script:
             return
         try:
             ensure_end(metrics, code, self.command, time.monotonic() - self.started,
-                       leftovers=self.leftovers if newest else (),
+                       leftovers=self.leftovers if newest else (), outside=self.outside,
                        elsewhere=self.elsewhere if run_dir == self.run_dir else None,
                        signalled=(self.proc.returncode or 0) < 0, grace_s=self.grace_s,
                        newest=newest)  # fmt: skip
@@ -478,21 +555,30 @@ def claim_run_dir(run_dir: Path) -> IO[str]:
     return f
 
 
-def leftover_message(commands: Sequence[str], grace_s: float) -> str:
+def leftover_message(commands: Sequence[str], grace_s: float, outside: int = 0) -> str:
+    """One line: how many processes the script left, `outside` of them outside its process
+    group, that tuitrain run ended them, and the first commands."""
     n = len(commands)
     shown = "; ".join(commands[:SHOWN_LEFTOVERS]) + (
         f"; and {n - SHOWN_LEFTOVERS} more" if n > SHOWN_LEFTOVERS else ""
     )
+    where = "in its process group"
+    if outside:
+        where = (
+            f"({outside} outside its process group: a new session or a double fork)"
+            if outside < n
+            else "outside its process group (a new session or a double fork)"
+        )
     return (
-        f"the script left {n} process{'es' * (n > 1)} running in its process group when it "
-        f"exited; tuitrain run ended them (SIGTERM, SIGKILL after {grace_s:g} s): {shown}"
+        f"the script left {n} process{'es' * (n > 1)} running {where} when it exited; "
+        f"tuitrain run ended them (SIGTERM, SIGKILL after {grace_s:g} s): {shown}"
     )
 
 
 def ensure_end(
     metrics: Path, code: int, command: Sequence[str], elapsed: float, *,
     leftovers: Sequence[str] = (), elsewhere: str | None = None, signalled: bool = False,
-    grace_s: float = GRACE_S, newest: bool = True,
+    grace_s: float = GRACE_S, newest: bool = True, outside: int = 0,
 ) -> None:  # fmt: skip
     """Append an end record when the script left none (and a header when it wrote nothing),
     or a later one when it left "completed" but exited non-zero, or left an exit code it
@@ -527,8 +613,8 @@ def ensure_end(
         if leftovers:
             sink.write(
                 event_record(
-                    leftover_message(leftovers, grace_s), level="warning",
-                    kind="leftover_processes", processes=len(leftovers),
+                    leftover_message(leftovers, grace_s, outside), level="warning",
+                    kind="leftover_processes", processes=len(leftovers), outside_group=outside,
                     commands=list(leftovers[:SHOWN_LEFTOVERS]),
                 )
             )  # fmt: skip

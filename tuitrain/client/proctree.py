@@ -148,6 +148,11 @@ def _command(pid: int) -> str:
     return text if len(text) <= CMD_SHOWN else text[: CMD_SHOWN - 1] + "…"
 
 
+def command_line(pid: int) -> str:
+    """A process's command line as a leftover-processes event names it."""
+    return _command(pid)
+
+
 def group_members(pgid: int) -> list[tuple[int, str]]:
     """(pid, command) of the live processes in process group `pgid` (zombies left out: they
     are already dead). Empty where there is no /proc."""
@@ -182,3 +187,41 @@ def files_open_named(pids: list[int], name: str) -> set[str]:
                 if os.path.basename(target) == name:
                     out.add(target)
     return out
+
+
+# --------------------------------------------------------------------------- what escaped the group
+
+
+def started(pid: int) -> int | None:
+    """When process `pid` started (clock ticks after boot), or None once it is gone or a
+    zombie. A pid with its start time names one process: a pid used again differs in it."""
+    try:
+        text = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    rest = text[text.rfind(")") + 2 :].split()  # state ppid pgrp session ... starttime (20th)
+    if len(rest) < 20 or rest[0] in ("Z", "X"):
+        return None
+    try:
+        return int(rest[19])
+    except ValueError:
+        return None
+
+
+def carrying(name: str, value: str) -> set[tuple[int, int]]:
+    """(pid, start) of the live processes of this user whose environment holds `name=value`
+    (a variable a parent set for a child: every descendant that kept its environment has it,
+    a double-forked one, reparented away, too). Empty where there is no /proc."""
+    want, uid, found = f"{name}={value}".encode(), os.getuid(), set()
+    for entry in PROC.glob("[0-9]*"):
+        try:
+            pid = int(entry.name)
+            if entry.stat().st_uid != uid:
+                continue
+            with open(entry / "environ", "rb") as f:
+                env = f.read(1 << 20)
+        except (OSError, ValueError):
+            continue
+        if want in env.split(b"\0") and (start := started(pid)) is not None:
+            found.add((pid, start))
+    return found

@@ -26,8 +26,9 @@ exit code goes to the newest, and to any run the script left open).
 The run dir is `tuitrain run`'s while it lives: it holds RUN_DIR/.tuitrain-run.lock (a second
 `tuitrain run` there is refused, even before the script takes the writer lock), opens
 output.log without following a link, and refuses a link, FIFO, device, socket or directory
-where the output log or the metrics file go. What the script leaves running in its process group
-when it exits is ended (SIGTERM, SIGKILL after the grace) and named in a warning event.
+where the output log or the metrics file go. What the script leaves running when it exits, in
+its process group or outside it (a new session, a double fork: `end_leftovers`), is ended
+(SIGTERM, SIGKILL after the grace) and named in a warning event and a line on stderr.
 
 Output of any size: it is read in chunks of CHUNK bytes and written to output.log as read
 (complete, raw); for the screen, `\n`, `\r\n` and `\r` end a line and a line is cut to
@@ -279,6 +280,8 @@ def run_dashboard(script: Script, on_alert: str | None = None) -> int:
             except subprocess.TimeoutExpired:
                 script.send(signal.SIGKILL)
                 script.proc.wait()
-        return script.finish()
+        code = script.finish()
+        app.actions.close()  # hooks still running: a short grace, then ended
+        return code
     finally:
         undo()

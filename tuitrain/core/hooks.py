@@ -13,14 +13,19 @@ import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 
 HOOK_OUTPUT_CHARS = 200  # of a failed hook's last stderr line, in the reason given
 
 
-def run_hook(command: str, payload: str, timeout_s: float) -> str:
+def run_hook(
+    command: str, payload: str, timeout_s: float,
+    started: Callable[[subprocess.Popen[str]], None] | None = None,
+) -> str:  # fmt: skip
     """Run `command` with `payload` (one line) on its stdin; "" when it exited 0 within
     `timeout_s`, else why not in a few words: "exit code 3 <its last stderr line>", "still
-    running after 10 s: killed, with everything it started", or the OS's reason."""
+    running after 10 s: killed, with everything it started", or the OS's reason. `started`
+    is given the process once it runs (a caller that may have to end it sooner)."""
     try:
         proc = subprocess.Popen(
             command, shell=True, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
@@ -28,6 +33,8 @@ def run_hook(command: str, payload: str, timeout_s: float) -> str:
         )  # fmt: skip
     except OSError as exc:
         return exc.strerror or type(exc).__name__
+    if started is not None:
+        started(proc)
     try:
         _, err = proc.communicate(payload.rstrip("\n") + "\n", timeout=timeout_s)
     except BaseException as exc:  # the timeout, an interrupt: end its whole session

@@ -433,13 +433,15 @@ class TuitrainApp(ViewingApp):
 
     # -- actions ---------------------------------------------------------------------------
     async def action_quit(self) -> None:
-        """A live run: ask first (stop and save, detach, cancel); q in the question stops.
-        Nothing running, a viewer, or a stop already under way: leave at once."""
+        """A live run, or one about to start (a preset switch whose old run has ended): ask
+        first (stop and save, detach, cancel); q in the question stops. Nothing running, a
+        viewer, or a stop already under way: leave at once."""
         if isinstance(self.screen, QuitScreen):  # ctrl+q in the question: as q there
             self.screen.dismiss("stop")
             return
         host = self.host
-        if host is None or not host.alive or self.pending == "quit":
+        starting = self.pending == "switch"  # the next preset starts when the old run ended
+        if host is None or not (host.alive or starting) or self.pending == "quit":
             self.request_quit()
             return
         run_dir = host.run_dir or host.requested_run_dir

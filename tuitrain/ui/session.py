@@ -163,6 +163,8 @@ class SessionApp(StoppingApp):
         engine ended; then: exit now. The dashboard asks first (`TuitrainApp.action_quit`)."""
         host = self.host
         if self.pending == "quit" or host is None or not host.alive:
+            # a switch whose old run has ended: its next preset is not started after all
+            self.pending, self.pending_cfg = "quit", None
             self.exit(self.exit_code())
             return
         self.pending = "quit"

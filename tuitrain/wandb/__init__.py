@@ -139,6 +139,7 @@ def init(
     inner.config = globals()["config"]
     summary = inner.summary
     _run = Run(inner)
+    _run._reopen = lambda: init(project, name, None, dir, **kwargs)  # config: wandb.config's
     return _run
 
 

@@ -4,7 +4,8 @@ tuitrain client run, and `RunDisabled`, what `mode="disabled"` returns.
 `Run` keeps what a script reads (`id`, `name`, `dir` as text, `step`, `summary`, `config`,
 `settings` ...) and maps what it calls: `log` (media left out, one warning event per kind),
 `define_metric("*", step_metric=M)` (what HF's and Lightning's wandb paths call: each log
-call carrying M is written at step M, and M itself is not a metric of its own), `alert`.
+call carrying M is written at step M, and M itself is not a metric of its own; HF's
+`train/global_step` going back is the Trainer's next `train()`, a run of its own), `alert`.
 What tuitrain does not keep (`log_artifact`, `use_artifact`, `save`, `watch`, `unwatch`,
 `log_code`, `mark_preempting` ...) is a no-op that never raises.
 """
@@ -15,7 +16,7 @@ import contextlib
 import io
 import math
 import operator
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -24,6 +25,7 @@ from tuitrain.client.names import lightning_names
 from tuitrain.wandb._shared import Ignored, LeftOut, Settings, ignored, say_once
 
 LIGHTNING_AXIS = "trainer/global_step"  # Lightning WandbLogger's x for every metric
+HF_AXIS = "train/global_step"  # HF's WandbCallback's x (report_to="wandb")
 _LEVELS = {"INFO": "info", "WARN": "warning", "WARNING": "warning", "ERROR": "error"}
 
 
@@ -81,6 +83,8 @@ class Run:
         self.client = run
         self._axis: str | None = None  # define_metric("*", step_metric=...)
         self._axis_at: int | None = None  # its last value (step_sync: rows without it)
+        # wandb.init again with this run's arguments (the module sets it): HF's next train()
+        self._reopen: Callable[[], Run | RunDisabled] | None = None
         self._left_out = LeftOut(run)
         self._artifacts_said = False
         self.settings = Settings(
@@ -147,6 +151,9 @@ class Run:
             if at is not None:
                 values.pop(self._axis)
                 self._axis_at = at
+            if at is not None and self._axis == HF_AXIS and at < self.client.highest_step:
+                self._next_train(data, at)
+                return
             step = self._axis_at
             if not values:
                 return
@@ -164,6 +171,24 @@ class Run:
                 )
                 step = high
         self.client.log(values, step, commit=True if commit is None else bool(commit))
+
+    def _next_train(self, data: Mapping[str, Any], at: int) -> None:
+        """HF's global step went back: the Trainer's next `train()` (the same Trainer again,
+        another one whose WandbCallback found this run open, a resume from an earlier
+        checkpoint). Its rows would land at this run's last step, over one another, so it
+        is a run of its own, as `tuitrain.hf.TuitrainCallback` makes it: this one ends
+        (completed) and `wandb.init` opens the next with the same arguments and config."""
+        self.client.finish(
+            status="completed",
+            reason=f"the HF Trainer's {HF_AXIS} went back to {at} (its next train()): the"
+            " next train() is a run of its own",
+        )
+        if self._reopen is None:
+            return
+        after = self._reopen()
+        if isinstance(after, Run):
+            after._axis = self._axis  # its WandbCallback defined the axis once, on this run
+        after.log(data)
 
     def define_metric(self, name: str, step_metric: str | None = None, **kwargs: Any) -> None:
         """`define_metric("*", step_metric=M)`: M is the step (see `log`); another glob
