@@ -4,6 +4,7 @@ and a headless run on a machine where Textual cannot be imported at all."""
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,9 +26,14 @@ ABOVE_ENGINE = (
 LAYERS = ("cli", "commands", "ui", "host", "client", "engine", "rundir", "metrics", "core")
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
 def imports(path: Path, module_level_only: bool = False) -> Iterator[str]:
     """Every module `path` imports (absolute names; relative imports are not used here)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parsed(path)
     nodes = tree.body if module_level_only else list(ast.walk(tree))
     for node in nodes:
         if isinstance(node, ast.Import):
@@ -147,8 +153,7 @@ def test_no_ui_runs_to_completion_without_textual(tmp_path: Path) -> None:
 def runtime_imports(path: Path) -> Iterator[tuple[str, list[str]]]:
     """What `imports` reads (module-level and lazy), less the `if TYPE_CHECKING:` blocks, with
     the names each `from M import a, b` takes (a name may be a module: `from pkg import mod`)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    stack: list[ast.AST] = [tree]
+    stack: list[ast.AST] = [parsed(path)]
     while stack:
         node = stack.pop()
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
@@ -301,7 +306,7 @@ def docstrings(tree: ast.Module) -> set[int]:
 
 def run_file_spellings(path: Path, root: Path = PKG.parent) -> list[str]:
     """Where `path` spells a run dir's file or folder name as code (see the test below)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parsed(path)
     skip = docstrings(tree)
     as_path_part: set[int] = set()
     for node in ast.walk(tree):
