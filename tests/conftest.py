@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tuitrain.core.config import Config, load_preset
+# One OpenMP thread per process, set before torch is imported here or in any child (a child
+# inherits it; torchrun gives its ranks the same): the tests' models are tiny, and two threads
+# on a shared two-core machine spent twice the CPU for the same steps (tests/engine/
+# test_trainer.py: 42 s of CPU against 19 s) and, with other work on the cores, twice the wall
+# time. A value set outside the suite wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from tuitrain.core.config import Config, load_preset  # noqa: E402 - after the thread count
 
 # Under nohup (SIGHUP ignored) every child a test starts would inherit the ignore, and the
 # tests that hang up on a run would see it carry on (tuitrain keeps a nohup's ignore, on

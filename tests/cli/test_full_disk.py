@@ -21,9 +21,9 @@ def test_metrics_file_on_a_full_disk(small_disk: Path) -> None:
     run_dir = small_disk / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "tuitrain", "--no-ui", "--max-steps", "40", "--log-every", "1",
-         "--set", "data.train_samples=1024", "--set", "data.val_samples=256",
-         "--set", "checkpoint.at_epoch_end=false", "--set", "checkpoint.on_stop=false",
-         "--run-dir", str(run_dir)],
+         "--set", "data.train_samples=256", "--set", "data.val_samples=64",
+         "--set", "data.batch_size=32", "--set", "checkpoint.at_epoch_end=false",
+         "--set", "checkpoint.on_stop=false", "--run-dir", str(run_dir)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     # the checkpoints could not be written either: the run says so and is not a success

@@ -31,8 +31,6 @@ JSON_FIELDS = [
     "mixed_samples_per_s", "early_max_rel_loss_diff", "early_steps", "status", "train_loss",
     "discordant", "p_value", "gap_ci95_points", "noise_note", "paired",
 ]  # fmt: skip
-# without `tuitrain parity` wired into tuitrain/cli.py, run the module's main directly
-ENTRY = "import sys; from tuitrain.commands.parity import main; sys.exit(main(sys.argv[1:]))"
 
 
 def one_json_object(stdout: str) -> dict:
@@ -153,17 +151,20 @@ def test_help_documents_the_exit_codes(capsys) -> None:
 
 
 def parity_process(*args: str) -> subprocess.Popen:
+    """`python -m tuitrain parity ...`: the command line's own dispatch (tuitrain.cli.main) picks
+    the command, as the console script does."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TUITRAIN_NO_DOWNLOAD": "1"}
-    cli_wired = "parity_cli" in (ROOT / "tuitrain" / "cli.py").read_text()
-    command = ["-m", "tuitrain", "parity"] if cli_wired else ["-c", ENTRY]
     return subprocess.Popen(
-        [sys.executable, *command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL, text=True, env=env, cwd=ROOT,
+        [sys.executable, "-m", "tuitrain", "parity", *args], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env, cwd=ROOT,
     )  # fmt: skip
 
 
 @pytest.mark.slow
 def test_sigint_cancels_with_130_and_no_verdict(tmp_path: Path) -> None:
+    """Ctrl-C during the fp32 run, through the real dispatch: the command's own handler cancels
+    the check (exit 130, one JSON object, status cancelled, no verdict), not the dispatcher's
+    before-training one, and the mixed run never starts."""
     proc = parity_process(
         "--epochs", "1", "--mixed", "bf16", "--json", "--early-steps", "0", "--run-dir",
         str(tmp_path), "--set", "train.pace_s=0.2", "--set", "train.log_every=1",
@@ -173,14 +174,18 @@ def test_sigint_cancels_with_130_and_no_verdict(tmp_path: Path) -> None:
     while time.monotonic() < deadline and "[fp32] step" not in (
         log.read_text() if log.exists() else ""
     ):
+        assert proc.poll() is None, proc.communicate()[1]
         time.sleep(0.1)
+    assert "[fp32] step" in log.read_text(), "the fp32 run logged no step in 60 s"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     result = one_json_object(out)
     assert result["status"] == "cancelled" and result["verdict"] is None
     assert "cancelled by SIGINT" in result["message"]
+    assert "before training started" not in err
     assert json.loads((tmp_path / "parity.json").read_text())["status"] == "cancelled"
+    assert "[mixed] step" not in log.read_text()
 
 
 def test_the_report_ends_with_the_next_commands_for_its_verdict() -> None:

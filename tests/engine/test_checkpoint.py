@@ -86,7 +86,7 @@ def test_resume_mid_epoch_is_bit_identical(tmp_path: Path, precision: str, recip
         "checkpoint.keep=20",
     ]
     if precision != "fp32":  # autocast is emulated on most CPUs (slow): smaller batches
-        args += ["--set", "data.batch_size=64", "--set", "data.train_samples=256"]
+        args += ["--set", "data.batch_size=32", "--set", "data.train_samples=128"]
     proc = tuitrain(*args, "--run-dir", str(straight))
     assert proc.returncode == 0, proc.stderr
     # step 5 is mid-epoch (epoch 1, step 1 of 4): resume from it in a fresh process
