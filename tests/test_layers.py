@@ -243,7 +243,7 @@ def test_no_circle_of_imports_inside_a_layer() -> None:
     """No two modules import each other, directly or round a longer loop, lazily or not (a lazy
     import that closes a circle is a layering bug put off to run time): each circle is listed."""
     graph = import_graph()
-    assert len(graph) > 80 and "tuitrain.rundir.read" in graph["tuitrain.rundir.summary"]
+    assert len(graph) > 80 and "tuitrain.rundir.segments" in graph["tuitrain.rundir.summary"]
     found = [" <-> ".join(f"{m.replace('.', '/')}.py" for m in c) for c in circles(graph)]
     assert found == [], found
 
@@ -259,37 +259,18 @@ RUN_FILE_NAMES = {  # a run dir's files: spelled only in tuitrain/rundir/
 }
 RUN_FOLDER_NAMES = {"checkpoints", "tensorboard", "stacks", "control", "ranks"}  # also plain words
 PATH_MAKERS = {"Path", "PurePath", "join", "joinpath", "with_name"}  # Path(a, "x"), os.path.join
-# The layout's names and the reader's byte-level parts: a module outside rundir/ holding them
-# could open the run's files itself
+# The reader's line-level parts: a module outside rundir/ holding them could parse the run's
+# files itself (the layout's name constants may be imported: that is the one definition)
 RUNDIR_PIECES = {
-    "tuitrain.rundir.layout": {
-        "METRICS_NAME",
-        "CONFIG_NAME",
-        "TRAIN_LOG",
-        "OUTPUT_LOG",
-        "CKPT_DIR",
-        "TENSORBOARD_DIR",
-        "LOCK_NAME",
-        "RANKS_LOCK_NAME",
-        "CONTROL_DIR",
-        "RANKS_DIR",
-        "STACKS_DIR",
-        "MANIFEST_NAME",
-        "RUN_FILES",
-    },
     "tuitrain.rundir.read": {
         "classify_line",
         "parse_line",
         "parse_lines",
         "read_tail",
-        "LineTail",
-        "last_records",
         "TAIL_BYTES",
         "TAIL_MAX_BYTES",
         "MAX_LINE_BYTES",
     },
-    "tuitrain.rundir.control": {"CONTROL_DIR"},
-    "tuitrain.rundir.manifest": {"MANIFEST_NAME"},
 }
 
 
@@ -359,11 +340,11 @@ def test_only_the_rundir_package_names_or_opens_the_run_dirs_files() -> None:
       a record's kind or a dict key) is used as a path part: right of `/`, an argument of
       Path()/os.path.join()/.joinpath()/.with_name(), compared with a `.name`, or bound to a
       constant of its own (RANKS_DIR = "ranks");
-    - no module imports the layout's name constants (RunDir(path).metrics and the others name
-      the files) or the reader's byte-level parts (classify_line, parse_line, parse_lines,
-      read_tail, LineTail, last_records and their sizes): what they read is what the reader's
-      whole-file functions (read_records, summarize_run, run_end, output_tail, JsonlFollower)
-      give.
+    - no module imports the reader's line-level parts (classify_line, parse_line,
+      parse_lines, read_tail and their sizes): what it reads is what the reader's own
+      functions (read_records, LineTail, last_records, summarize_run, run_end, output_tail,
+      JsonlFollower) give. The layout's constants (METRICS_NAME ...) are the one spelling of
+      each name; taking them to name a file in a message or a path is allowed.
 
     A module that opens RunDir(path).metrics itself still passes: the rule reads names, not
     what a call does with a path."""
@@ -382,7 +363,7 @@ def test_the_run_file_rule_catches_a_second_opener(tmp_path: Path) -> None:
     bad.write_text(
         '"""Reads metrics.jsonl."""\n'
         "from pathlib import Path\n"
-        "from tuitrain.rundir.read import LineTail, run_target\n"
+        "from tuitrain.rundir.read import classify_line, run_target\n"
         "import os\n"
         "RANKS_DIR = 'ranks'\n"
         "def peek(run):\n"
@@ -403,4 +384,4 @@ def test_the_run_file_rule_catches_a_second_opener(tmp_path: Path) -> None:
         "tuitrain/commands/peek.py:11 spells '/train.log'",
     ], spelled
     taken = rundir_pieces_taken(bad, tmp_path)
-    assert taken == ["tuitrain/commands/peek.py imports LineTail from tuitrain.rundir.read"]
+    assert taken == ["tuitrain/commands/peek.py imports classify_line from tuitrain.rundir.read"]
