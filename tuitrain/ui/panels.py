@@ -98,7 +98,7 @@ def metric_spec(
     if spec is not None:
         return {**{k: spec.get(k) for k in ("name", "goal", "format", "unit")}, "alias": alias}
     twin = declared.get(twin_name(name))
-    if twin is not None:  # one format a metric: `acc` as its declared `val_acc` (98.44%)
+    if twin is not None:  # one format a metric: `acc` as its declared eval twin (98.44%)
         return {"name": name, "goal": twin.get("goal"), "format": twin.get("format"),
                 "unit": twin.get("unit"), "alias": alias}  # fmt: skip
     fmt = "pct" if name in PCT_FIELDS else ("bytes" if name.endswith("_bytes") else "float")
@@ -107,8 +107,9 @@ def metric_spec(
 
 
 def twin_name(name: str) -> str:
-    """The same metric on the other split: `val_acc` for `acc`, `train/acc` or `train_acc`;
-    `acc` for `val_acc`; a script's `val/acc` (as the client writes it) `val_acc`."""
+    """The same metric on the other split: `val_<name>` for `<name>`, `train/<name>` or
+    `train_<name>`; `<name>` for `val_<name>`; a script's `val/<name>` (as the client writes
+    it) `val_<name>`."""
     if name.startswith(EVAL_PREFIX):
         return name.removeprefix(EVAL_PREFIX)
     for prefix in ("val/", "eval/", "validation/", "eval_"):
