@@ -24,9 +24,8 @@ FOLDER_NAMES = (
 )  # fmt: skip
 ACCURACY = re.compile(r"(?<![A-Za-z])val_acc(?![A-Za-z])")  # not trackio's val_accuracy
 ACCURACY_HOMES = ("engine/tasks/classify.py", "metrics/records.py")
-# Files that other #49 changes rewrite at the same time (the gate and the endings: their
-# names come with that rewrite; rundir.control and client.ranks keep a copy of their folder's
-# name). Each is checked again once it is off this list.
+# Files left out of the checks below while their names move into the layout (none now: keep
+# it empty; a file put here must say why).
 PENDING: set[str] = set()  # files whose names are still to move into the layout: none
 
 
