@@ -77,7 +77,8 @@ def ordered_records(snap: Snapshot) -> list[Record]:
 def eval_line(rec: Record, header: Record | None = None) -> str:
     """Where the evaluation happened (``epoch 2 done``, ``eval at step 50``), the validation
     loss with its declared unit, then each validation metric the record holds, formatted as
-    the header declares it (a classifier's accuracy as a percentage)."""
+    the header declares it (a classifier's accuracy as a percentage). Only what the record
+    holds: a script that logs `val/acc` alone gets no `val_loss —`."""
     declared = declared_metrics(header)
     parts: list[str] = []
     for name, value in eval_metric_items(rec):  # the task's validation metrics
@@ -86,9 +87,7 @@ def eval_line(rec: Record, header: Record | None = None) -> str:
         spec = metric_spec(name, declared)
         text = f"{name} {metric_text(value, spec)}{metric_unit(spec) if value is not None else ''}"
         parts.insert(0, text) if name == "val_loss" else parts.append(text)
-    if not any(p.startswith("val_loss ") for p in parts):
-        parts.insert(0, "val_loss —")
-    return f"{eval_label(rec)}: {' · '.join(parts)}"
+    return f"{eval_label(rec)}: {' · '.join(parts)}" if parts else eval_label(rec)
 
 
 def started_line(header: Record) -> str:
