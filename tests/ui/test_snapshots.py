@@ -5,6 +5,8 @@ Update the SVGs with `pytest tests/ui/test_snapshots.py --snapshot-update` and l
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from textual.pilot import Pilot
 
 from tests.ui.fake_records import filled_store
@@ -12,6 +14,9 @@ from tuitrain.metrics.records import event_record
 from tuitrain.metrics.sinks import TimelineStoreSink
 from tuitrain.metrics.store import MetricStore
 from tuitrain.ui.app import TuitrainApp
+from tuitrain.ui.system import HostSampler
+
+NO_PROC = Path(__file__).parent / "no-such-root"  # no proc/ under it: the host's figures unknown
 
 
 async def settle(pilot: Pilot) -> None:
@@ -19,6 +24,7 @@ async def settle(pilot: Pilot) -> None:
     await pilot.pause()
     app = pilot.app
     assert isinstance(app, TuitrainApp)
+    app.host_sampler = HostSampler(NO_PROC)  # the host line: "—" for all, as on another OS
     # The charts and sparklines are drawn to their panel's size: poll once the layout has
     # given every panel one (on a loaded machine the first poll can come before it)
     for _ in range(200):

@@ -52,6 +52,7 @@ from tuitrain.ui.screens.presets import PresetScreen
 from tuitrain.ui.screens.profile import ProfileScreen
 from tuitrain.ui.screens.quit import QuitScreen
 from tuitrain.ui.session import NEEDS_ENGINE, RunEnded
+from tuitrain.ui.system import HostSampler
 from tuitrain.ui.view import (
     PLOT_INTERVAL_S,
     TEXT_INTERVAL_S,
@@ -163,6 +164,7 @@ class TuitrainApp(ViewingApp):
         self._paused_shown = False  # which of space's two footer labels shows
         self.footer = Footer()
         self.ui_cpu = ThreadCpuShare()  # the UI thread's own CPU share, shown on live runs
+        self.host_sampler = HostSampler()  # the Memory panel's host line (CPU, disk, network)
         self._dead = False  # watch mode: the run's writer exited (rundir.state.writer_exited)
         self._dead_checked = -math.inf
 
@@ -188,6 +190,7 @@ class TuitrainApp(ViewingApp):
         self.status_bar = self.query_one(StatusBar)
         self.banner = self.query_one(Banner)
         self.event_log = self.query_one(EventLog)
+        self.memory_panel = self.query_one(MemoryPanel)
         self.step_clock = StepClock()
         self.all_panels: list[Panel] = list(self.query(Panel))
         self.panels: list[Panel] = []  # the ones shown (show_panels)
@@ -303,6 +306,12 @@ class TuitrainApp(ViewingApp):
             live_step_s=self.step_clock.seconds_per_step(ctl.step),
         )
 
+    def refresh_host_line(self) -> None:
+        """The host's CPU, disk and network since the last poll, at every poll (a finished
+        run's records never change; the machine does), while the Memory panel shows."""
+        if self.memory_panel in self.panels:
+            self.memory_panel.refresh_host(self.host_sampler.sample())
+
     def poll_all(self) -> None:
         self.poll_text()
         self.poll_plots()
@@ -319,6 +328,7 @@ class TuitrainApp(ViewingApp):
             self.refresh_bindings()
         self.status_bar.refresh_text(frame, stopping=self.pending is not None)
         self.refresh_banner(frame)
+        self.refresh_host_line()
         # The summaries depend on the layout too (compact: the per-rank table is one note).
         # The screen's breakpoint classes may change after App.on_resize: key on them.
         compact = compact_layout(self.status_bar.screen)

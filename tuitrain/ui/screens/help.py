@@ -17,7 +17,8 @@ PANEL_NOTES = {  # what each panel shows, keyed by its id (tuitrain.ui.panels.pa
     "loss": "Loss: smoothed train loss per step, validation loss per eval, accuracy",
     "throughput": "Throughput: {unit}/s and step time",
     "memory": "Memory: this process's allocator (alloc/reserved/peak) and the GPU's memory in "
-    "use by all processes, with its utilisation; host RSS on CPU",
+    "use by all processes, with its utilisation; host RSS on CPU; then the host's CPU use, "
+    "disk read/write and network rx/tx a second",
     "scaler": "GradScaler: fp16 loss scale on a log2 axis",
     "metrics": "Metrics: the run's own metrics, then lr and grad norm, each with a sparkline",
     "datawait": "Data wait: share of step time waiting for the loader, with a verdict",

@@ -1,17 +1,23 @@
 """Memory panel: this process's allocator (allocated / reserved / peak), apart from the
 device-wide memory in use (all processes, NVML or cudaMemGetInfo) against the total, and NVML
-utilisation; on CPU the host RSS, labelled as such."""
+utilisation; on CPU the host RSS, labelled as such. Below them a line of what the host is
+doing now (CPU use, disk and network rates; `tuitrain.ui.system`), refreshed at every poll
+whether or not a record arrived."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from textual.app import ComposeResult
+from textual.widgets import Static
+
 from tuitrain.metrics.format import DASH, human_bytes
 from tuitrain.metrics.store import Series, Snapshot
+from tuitrain.ui.system import HostRates, host_line
 from tuitrain.ui.view import Frame, pick_unit
 from tuitrain.ui.widgets.chart import Line, MetricChart
-from tuitrain.ui.widgets.panel import Panel
+from tuitrain.ui.widgets.panel import Panel, compact_layout
 
 TOTAL_KEY = "device_memory_bytes"  # header field: total device memory, where the engine knows
 
@@ -50,6 +56,25 @@ class MemoryPanel(Panel):
 
     TITLE = "Memory"
     SERIES = ("mem_alloc_bytes", "mem_reserved_bytes", "host_rss_bytes")
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.host_text = Static("", classes="summary host", markup=False)
+        self._host_shown = ""
+
+    def compose(self) -> ComposeResult:
+        yield self.summary_text
+        yield self.host_text
+        yield self.chart
+        yield self.spark
+
+    def refresh_host(self, rates: HostRates) -> None:
+        """The host line: what the machine did since the last sample."""
+        compact = compact_layout(self.screen)
+        text = host_line(rates, self.host_text.content_size.width or None, compact)
+        if text != self._host_shown:
+            self._host_shown = text
+            self.host_text.update(text)
 
     @staticmethod
     def on_device(snap: Snapshot) -> bool:

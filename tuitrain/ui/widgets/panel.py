@@ -170,9 +170,10 @@ class Panel(Vertical):
     def fit_chart(self) -> None:
         """A sparkline instead of the chart where the chart would get fewer than
         MIN_CHART_ROWS rows (bare axes, `0` above `500`): the panel's height less its
-        summary's, which does not depend on which of the two is shown."""
+        lines of text, which do not depend on which of the two is shown."""
         height = self.content_region.height
-        rows = height - self.summary_text.outer_size.height
+        drawn = (self.chart, self.spark)
+        rows = height - sum(c.outer_size.height for c in self.children if c not in drawn)
         self.set_class(height > 0 and rows < MIN_CHART_ROWS, "-tiny")
 
     def refresh_plot(self, snap: Snapshot) -> None:
