@@ -21,6 +21,7 @@ from textual.widgets import Static
 from tuitrain.host.run import RunHost
 from tuitrain.metrics.store import MetricStore, Snapshot
 from tuitrain.rundir.control import ChannelError, send_request, steerable
+from tuitrain.ui.screens.metrics import MetricsScreen
 from tuitrain.ui.screens.quit import QuitScreen
 from tuitrain.ui.session import NEEDS_ENGINE, SessionApp
 from tuitrain.ui.view import paused_by_records
@@ -153,6 +154,8 @@ class ViewingApp(SessionApp):
         """A viewer offers (footer, help, palette) and obeys only the keys that act."""
         if action == "back_to_runs":
             return self.back_to is not None
+        if action in ("metrics", "filter_metrics") and isinstance(self.screen, MetricsScreen):
+            return False  # shown already (another would stack on it)
         if action in ("toggle_pause", "resume") and self.run_paused() != (action == "resume"):
             return False  # space's other label: the one that says what it does now
         if self.host is not None:

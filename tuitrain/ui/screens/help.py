@@ -28,7 +28,8 @@ PANEL_NOTES = {  # what each panel shows, keyed by its id (tuitrain.ui.panels.pa
 }
 ALWAYS = (
     "Events: compile, epochs, warnings, errors",
-    "Metrics (g): a chart for every series the run holds, / filters them by name",
+    "Metrics (g): a chart for every series the run holds, / filters them by name, ←/→ read "
+    "a step's value",
 )
 
 

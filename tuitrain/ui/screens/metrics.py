@@ -13,13 +13,18 @@ metrics (what its task declares, a script's keys), then the contract's measureme
 grad norm, throughput, step time, data wait, scaler, memory). More than fit scroll.
 Each chart's title gives the metric's last value and
 its best so far (by the declared goal); the charts redraw at 1 Hz from the app's store.
+
+Values are read off a chart with its cursor (`tuitrain.ui.widgets.cursor_chart`): an arrow
+key, `home` or `end` puts it on the first chart (tab or a click picks another), the bottom
+border gives the step and the value there, and `escape` leaves it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical, VerticalScroll
@@ -30,7 +35,8 @@ from textual.widgets import Footer, Input, Static
 from tuitrain.metrics.store import Snapshot
 from tuitrain.ui.panels import all_metric_specs, metric_label, metric_text, metric_unit
 from tuitrain.ui.view import pick_unit
-from tuitrain.ui.widgets.chart import Line, MetricChart, format_tick, log_title
+from tuitrain.ui.widgets.chart import Line, format_tick, log_title
+from tuitrain.ui.widgets.cursor_chart import CursorChart
 from tuitrain.ui.widgets.panel import esc
 
 MAX_CHARTS = 30  # more metrics than this: the first ones, and the filter narrows the rest
@@ -49,6 +55,11 @@ def best_value(values: tuple[float, ...], goal: str | None) -> float | None:
     if not values or goal not in ("min", "max"):
         return None
     return min(values) if goal == "min" else max(values)
+
+
+def value_reader(spec: dict[str, Any]) -> Callable[[float], str]:
+    """How the cursor reads a value of this metric: as its title does (85.31%, 1.20 GiB)."""
+    return lambda value: f"{metric_text(value, spec)}{metric_unit(spec)}"
 
 
 def matching(specs: list[dict[str, Any]], pattern: str) -> tuple[list[dict[str, Any]], str]:
@@ -77,10 +88,21 @@ class MetricsScreen(Screen[None]):
     MetricsScreen #metrics-scroll { height: 1fr; }
     MetricsScreen #metrics-grid { grid-size: 3; grid-gutter: 0 1; height: auto; grid-rows: 12; }
     MetricsScreen .metric { border: round $primary-darken-2; height: 12; }
+    MetricsScreen .metric:focus { border: round $accent; }
     """
     BINDINGS = [
         Binding("slash", "filter", "Filter", tooltip="Filter metrics by name (text; a|b: either)"),
         Binding("l", "toggle_log_y", "Log y", tooltip="Log-scale y axes, or linear"),
+        Binding(
+            "right",
+            "cursor('move', 1)",
+            "Cursor",
+            key_display="←/→",
+            tooltip="Read values off the first chart (tab: the next chart)",
+        ),
+        Binding("left", "cursor('move', -1)", "Cursor", show=False),
+        Binding("home", "cursor('jump', 0)", "First point", show=False),
+        Binding("end", "cursor('jump', -1)", "Last point", show=False),
         Binding("escape,m,q", "close", "Back", tooltip="Back to the dashboard"),
     ]
 
@@ -88,10 +110,11 @@ class MetricsScreen(Screen[None]):
         super().__init__()
         self.pattern = pattern
         self.log_y = False
-        self.charts: dict[str, MetricChart] = {}
+        self.charts: dict[str, CursorChart] = {}
         self._shown: tuple[str, ...] | None = None
         self._drawn: dict[str, object] = {}
         self._filter_timer: Timer | None = None  # the pending as-you-type redraw
+        self.cursor_step: float | None = None  # the cursor's step as the focus left a chart
 
     def compose(self) -> ComposeResult:
         with Vertical(id="metrics-top"):
@@ -120,7 +143,7 @@ class MetricsScreen(Screen[None]):
         if names != self._shown:  # the set of charts changed: rebuild the grid
             self._shown = names
             grid.remove_children()
-            self.charts = {n: MetricChart(classes="metric") for n in names}
+            self.charts = {n: CursorChart(classes="metric") for n in names}
             if self.charts:
                 grid.mount_all(self.charts.values())
             else:
@@ -131,7 +154,7 @@ class MetricsScreen(Screen[None]):
             f"[b]Metrics[/b] · {len(names)} of {len(specs)} shown"
             + (f" · filter [b]{esc(self.pattern)}[/b]" if self.pattern else "")
             + (f" · [$error]{esc(problem)}[/]" if problem else "")
-            + " · [$foreground-muted]/ filter, l log y, escape back[/]"
+            + " · [$foreground-muted]/ filter, l log y, ←/→ values, escape back[/]"
         )
         self.query_one("#metrics-title", Static).update(title)
         by_name: Mapping[str, dict[str, Any]] = {s["name"]: s for s in shown}
@@ -151,17 +174,18 @@ class MetricsScreen(Screen[None]):
             xs, ys = series.decimate(max(chart.plot_columns(), 1))
             color = "warning" if name.startswith("val_") else "primary"
             line = Line(xs, ys, color=color, scatter=name.startswith("val_"))
-            chart.border_subtitle = ""
+            chart.note = ""
             if spec["format"] == "pct":  # a share: drawn and labelled in percent
                 line = Line(xs, [y * 100 for y in ys], line.color, line.scatter)
                 chart.draw([line], yfmt=lambda t: f"{format_tick(t)}%")
             elif spec["format"] == "bytes":  # memory: the axis in the title's unit, not bytes
                 div, unit = pick_unit(max((abs(y) for y in ys), default=0.0))
                 line = Line(xs, [y / div for y in ys], line.color, line.scatter)
-                chart.border_subtitle = f"y in {unit}"
+                chart.note = f"y in {unit}"
                 chart.draw([line])
             else:
                 chart.draw([line])
+            chart.set_points(xs, ys, value_reader(spec))
 
     def action_filter(self) -> None:
         box = self.query_one("#metrics-filter", Input)
@@ -189,6 +213,24 @@ class MetricsScreen(Screen[None]):
         self.apply_filter()
         event.input.remove_class("-open")
         self.set_focus(None)
+
+    def on_descendant_blur(self, event: events.DescendantBlur) -> None:
+        """A chart that loses the focus hands its cursor's step to the next one (tab: the
+        same step on the next chart); escape, which clears it first, hands none."""
+        if isinstance(event.widget, CursorChart):
+            self.cursor_step = event.widget.cursor
+            event.widget.place(None)
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        if isinstance(event.widget, CursorChart) and self.cursor_step is not None:
+            event.widget.place(self.cursor_step)
+
+    def action_cursor(self, how: str, value: int) -> None:
+        """An arrow key, home or end with no chart focused: the first chart takes the cursor."""
+        chart = next(iter(self.charts.values()), None)
+        if chart is not None:
+            chart.focus()
+            (chart.action_move if how == "move" else chart.action_jump)(value)
 
     def action_toggle_log_y(self) -> None:
         self.log_y = not self.log_y

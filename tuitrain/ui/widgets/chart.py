@@ -230,6 +230,8 @@ class MetricChart(PlotextPlot):
     _strips: list[Strip] | None = None
     log_y: bool = False  # draw the y axis on a log scale (the next draw)
     drawn_scale: str = "linear"  # the y scale of the last draw: "linear" or "log"
+    cursor: float | None = None  # a step marked by a vertical line (the metrics screen's cursor)
+    _last_draw: tuple[Sequence[Line], dict[str, object]] | None = None
 
     def refresh(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         self._strips_key = None  # a new draw, theme or size: build again
@@ -282,8 +284,10 @@ class MetricChart(PlotextPlot):
         """Draw the lines (x = step) with round step ticks and horizontal guides.
 
         Units go in the panel's title or tick labels: plotext's ylabel costs a whole row.
-        With `log_y`, points, limits and guides at or below zero are left out.
+        With `log_y`, points, limits and guides at or below zero are left out. A `cursor`
+        within the steps drawn is a vertical line in the accent colour.
         """
+        self._last_draw = (lines, {"hlines": hlines, "ylim": ylim, "yticks": yticks, "yfmt": yfmt})
         plt = self.plt
         plt.clear_figure()
         log = self.log_y
@@ -335,7 +339,15 @@ class MetricChart(PlotextPlot):
         for value, color_name in hlines:
             drawn = max(-MAX_DRAWN, min(value, MAX_DRAWN))
             plt.hline(to_plot(drawn), self.theme_rgb(color_name))
+        if self.cursor is not None and x_lo <= self.cursor <= x_hi:
+            plt.vline(self.cursor, self.theme_rgb("accent"))
         self.refresh()
+
+    def redraw(self) -> None:
+        """Draw the last draw's lines again (the cursor moved)."""
+        if self._last_draw is not None:
+            lines, options = self._last_draw
+            self.draw(lines, **options)  # type: ignore[arg-type]
 
 
 def ansi_strips(ansi: str, width: int, height: int, base: Style) -> list[Strip] | None:
