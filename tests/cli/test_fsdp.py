@@ -1,6 +1,8 @@
 """FSDP2 (distributed.strategy = "fsdp") on CPU with gloo, two processes: it trains as DDP
-does (same losses and gradient norms in fp32), its whole checkpoints (checkpoint.format =
-"whole"; sharded ones: test_fsdp_sharded.py) resume exactly on two ranks and load into one
+does (same losses and gradient norms in fp32), with fp16 (MixedPrecisionPolicy fp16/fp32 and a
+ShardedGradScaler, its scaler state checkpointed) and with train.compile = on on the fp32
+curve, and its whole checkpoints (checkpoint.format = "whole"; sharded ones and gradient
+accumulation against DDP: test_fsdp_sharded.py) resume exactly on two ranks and load into one
 process."""
 
 from __future__ import annotations
@@ -35,10 +37,14 @@ def trains(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_fsdp_learns_as_ddp_does_and_ends_with_one_set_of_weights(tmp_path: Path) -> None:
-    fsdp, ddp = tmp_path / "fsdp", tmp_path / "ddp"
+def test_fsdp_learns_as_ddp_does_in_fp32_fp16_and_compiled(tmp_path: Path) -> None:
+    """One fp32 FSDP run against DDP, and the same run in fp16 and compiled on its curve: four
+    jobs of one length (a job's start costs more than its 12 steps)."""
+    fsdp, ddp, half, compiled = (tmp_path / name for name in ("fsdp", "ddp", "fp16", "compiled"))
     torchrun(fsdp, *FSDP)
     torchrun(ddp)
+    torchrun(half, *FSDP, "--precision", "fp16")
+    torchrun(compiled, *FSDP, "--set", 'train.compile="on"')
     recs = records(fsdp)
     header, end = recs[0], recs[-1]
     assert header["world_size"] == 2 and header["config"]["distributed"]["strategy"] == "fsdp"
@@ -53,6 +59,20 @@ def test_fsdp_learns_as_ddp_does_and_ends_with_one_set_of_weights(tmp_path: Path
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-3)
     assert any(r.get("kind") == "sample" for r in recs)  # every rank ran it; rank 0 wrote it
+    # compiled: the fp32 curve to fp32 rounding; fp16: to its own
+    want = {r["step"]: r["loss"] for r in trains(fsdp)}
+    assert sorted(want) == [2, 4, 6, 8, 10, 12]
+    got = {r["step"]: r["loss"] for r in trains(compiled)}
+    assert all(got[s] == pytest.approx(want[s], rel=1e-3) for s in want), (got, want)
+    assert records(compiled)[0]["config"]["train"]["compile"] == "on"
+    fp16 = records(half)
+    assert fp16[0]["precision"] == "fp16" and fp16[-1]["status"] == "completed"
+    got = {r["step"]: r["loss"] for r in trains(half)}
+    assert all(got[s] == pytest.approx(want[s], rel=2e-2) for s in want), (got, want)
+    assert all(r["grad_scale"] > 1 for r in trains(half))  # no step overflowed
+    saved = torch_load(half / "checkpoints" / "ckpt-step00000012.dcp" / "state.pt")
+    assert trains(half)[-1]["step"] == 12
+    assert saved["scaler"]["scale"] == trains(half)[-1]["grad_scale"]
 
 
 def copy_checkpoint(source: Path, run_dir: Path, *names: str) -> Path:

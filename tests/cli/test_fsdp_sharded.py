@@ -1,6 +1,7 @@
 """Sharded FSDP checkpoints (a ckpt-step<N>.dcp folder, every rank writing its own shard) with
-gloo on two ranks: they resume exactly on two, and a two-rank run killed mid-run resumes in
-one process at the right step and goes on with the loss curve of an uninterrupted run.
+gloo on two ranks: they resume exactly on two (the run accumulating gradients as DDP does),
+and a two-rank run killed mid-run resumes in one process at the right step and goes on with
+the loss curve of an uninterrupted run.
 
 "The same loss curve" across world sizes means the same global batch: with rank r taking
 the stride r::2 of each epoch's permutation, two ranks of data.batch_size 32 take, at every
@@ -48,9 +49,21 @@ def losses(run_dir: Path) -> dict[int, float]:
 
 @pytest.mark.slow
 def test_every_rank_writes_its_shard_and_two_ranks_resume_exactly(tmp_path: Path) -> None:
-    straight = tmp_path / "straight"
-    run(straight, *FSDP, "--set", "optim.grad_accum=2", "--set", "checkpoint.every_steps=5",
+    """Two micro-batches a step: FSDP keeps the gathered weights and the unreduced gradients
+    between them (no reshard, no reduce-scatter until the stepping one), the same sums as DDP;
+    its sharded checkpoint at step 5 (mid log interval) resumes on two ranks exactly."""
+    straight, ddp = tmp_path / "straight", tmp_path / "ddp"
+    accum = ["--set", "optim.grad_accum=2"]
+    run(straight, *FSDP, *accum, "--set", "checkpoint.every_steps=5",
         "--set", "checkpoint.keep=10", nproc=2)  # fmt: skip
+    run(ddp, *accum, nproc=2)
+    fsdp_trains, ddp_trains = trains(straight), trains(ddp)
+    assert (
+        [r["step"] for r in fsdp_trains] == [r["step"] for r in ddp_trains] == [2, 4, 6, 8, 10, 12]
+    )
+    for a, b in zip(fsdp_trains, ddp_trains, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
     folder = straight / "checkpoints"
     names = sorted(p.name for p in folder.iterdir())
     assert names == ["ckpt-step00000005.dcp", "ckpt-step00000010.dcp",
