@@ -694,6 +694,7 @@ def carry_on_detached(host: RunHost) -> int:
     from tuitrain.metrics.sinks import ConsoleSink
     from tuitrain.ui.terminal import clear_after_dashboard
 
+    hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup, before a word
     clear_after_dashboard()  # only the line logs from here on: no frame of the dashboard
     lines = ConsoleSink()
     snap = host.store.snapshot() if host.store is not None else None
@@ -723,7 +724,6 @@ def carry_on_detached(host: RunHost) -> int:
             std_streams_to(log)
 
     restore = stop_run_on_signals(host.control, signums=(signal.SIGINT, signal.SIGTERM))
-    hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
     try:
         while not host.join(0.5):
             leave_terminal_if_gone()
