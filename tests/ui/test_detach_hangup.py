@@ -74,14 +74,14 @@ def records(metrics: Path) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.endswith("}")]
 
 
-@pytest.mark.slow
-def test_detached_run_trains_to_its_end_after_the_terminal_closed(
-    tmp_path: Path, ui_overrides: Callable[..., list[str]]
-) -> None:
-    run_dir = tmp_path / "first-run"
-    metrics, train_log = run_dir / "metrics.jsonl", run_dir / "train.log"
-    sets = [arg for o in ui_overrides(epochs=2) for arg in ("--set", o)]  # 16 steps
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
+def detached_in_pty(
+    metrics: Path, sets: list[str], columns: int, lines: int
+) -> tuple[subprocess.Popen, Terminal, int]:
+    """`python -m tuitrain` on a pty it takes as its controlling terminal, paused after its
+    first train record (so the run cannot end before the detach), then `q` and `d`: (the
+    process, the terminal, where the output after `d` starts). The caller closes the master
+    and ends the process; on a failure here both are done before the error goes up."""
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(columns), "LINES": str(lines)}
     env.pop("TEXTUAL_DRIVER", None)
     master, slave = os.openpty()
     proc = subprocess.Popen(
@@ -92,12 +92,29 @@ def test_detached_run_trains_to_its_end_after_the_terminal_closed(
     term = Terminal(master)
     try:
         term.read_until(lambda: any(r["type"] == "train" for r in records(metrics)), "train", proc)
-        term.press(b" ")  # paused, the run cannot end before the detach
+        term.press(b" ")
         paused = lambda: any(r.get("kind") == "pause" for r in records(metrics))  # noqa: E731
         term.read_until(paused, "pause event", proc)
         asked = term.press(b"q")
         term.read_until(lambda: b"detach" in term.seen[asked:], "quit question", proc)
-        detached = term.press(b"d")  # resumes the run
+        return proc, term, term.press(b"d")  # d resumes the run
+    except BaseException:
+        os.close(master)
+        proc.kill()
+        proc.wait()
+        raise
+
+
+@pytest.mark.slow
+def test_detached_run_trains_to_its_end_after_the_terminal_closed(
+    tmp_path: Path, ui_overrides: Callable[..., list[str]]
+) -> None:
+    run_dir = tmp_path / "first-run"
+    metrics, train_log = run_dir / "metrics.jsonl", run_dir / "train.log"
+    sets = [arg for o in ui_overrides(epochs=2) for arg in ("--set", o)]  # 16 steps
+    proc, term, detached = detached_in_pty(metrics, sets, columns=100, lines=30)
+    master = term.master
+    try:
         gone = lambda: b"dashboard closed" in term.seen[detached:]  # noqa: E731
         term.read_until(gone, "detach", proc)
         os.close(master)  # the terminal window closes

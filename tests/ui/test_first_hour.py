@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +16,7 @@ from textual.widgets._footer import FooterKey
 
 from tests.ui.fake_records import filled_store, script_records, store_of
 from tests.ui.pilot_tools import text_of, wait_for
-from tests.ui.test_detach_hangup import CONTROLLING_TTY, Terminal, records
+from tests.ui.test_detach_hangup import detached_in_pty
 from tuitrain.core.config import load_preset
 from tuitrain.host.run import RunHost
 from tuitrain.metrics.store import MetricStore
@@ -101,31 +99,15 @@ def test_after_a_detach_the_terminal_shows_line_logs_from_the_runs_figures(
     """`q` then `d` on a real terminal (a pty): the screen is cleared of the dashboard
     (nothing of its frame after the clear), and the first line is the run's last log point,
     step and loss, not a progress note saying there is no log point yet."""
-    run_dir = tmp_path / "first-run"
-    metrics = run_dir / "metrics.jsonl"
+    metrics = tmp_path / "first-run" / "metrics.jsonl"
     sets = [arg for o in ui_overrides(epochs=2) for arg in ("--set", o)]  # 16 steps
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "24"}
-    env.pop("TEXTUAL_DRIVER", None)
-    master, slave = os.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CONTROLLING_TTY, *sets],
-        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
-    )  # fmt: skip
-    os.close(slave)
-    term = Terminal(master)
+    proc, term, detached = detached_in_pty(metrics, sets, columns=80, lines=24)
     try:
-        term.read_until(lambda: any(r["type"] == "train" for r in records(metrics)), "train", proc)
-        term.press(b" ")  # paused: the run is still going when d is pressed
-        paused = lambda: any(r.get("kind") == "pause" for r in records(metrics))  # noqa: E731
-        term.read_until(paused, "pause event", proc)
-        asked = term.press(b"q")
-        term.read_until(lambda: b"detach" in term.seen[asked:], "quit question", proc)
-        detached = term.press(b"d")
         ended = lambda: b"tuitrain: run dir" in term.seen[detached:]  # noqa: E731
         term.read_until(ended, "the run's end", proc)
         code = proc.wait(timeout=60)
     finally:
-        os.close(master)
+        os.close(term.master)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
