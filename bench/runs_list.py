@@ -41,7 +41,7 @@ def make_runs(folder: Path, runs: int, records: int) -> int:
                 lines.append(json.dumps({"type": "eval", "step": step, "val_loss": 0.4,
                                          "val_acc": 0.8 + step / 1e5}))  # fmt: skip
         lines.append(json.dumps({"type": "end", "status": "completed", "reason": "",
-                                 "step": records, "elapsed_s": 500.0}))  # fmt: skip
+                                 "step": records, "elapsed_s": 500.0, "header_at": 0}))  # fmt: skip
         data = "\n".join(lines) + "\n"
         (run / "metrics.jsonl").write_text(data)
         total += len(data)

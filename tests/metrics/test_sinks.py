@@ -86,7 +86,38 @@ def test_jsonl_round_trip_type_first(tmp_path: Path) -> None:
     lines = raw_lines(path)
     assert all(line.startswith('{"type": ') for line in lines)
     assert list(json.loads(lines[3])) == ["type", "message", "level"]
-    assert list(read_jsonl(path)) == records
+    # the end record names where its segment's header starts (here, the top of the file)
+    assert list(read_jsonl(path)) == records[:-1] + [{**records[-1], "header_at": 0}]
+
+
+def test_an_end_record_names_its_own_segments_header(tmp_path: Path) -> None:
+    """A resumed run's file: the second sink's end record points at the second header, and
+    the reader takes the header it names without searching; an end record pointing at no
+    header (a planted or damaged value) falls back to the search."""
+    from tuitrain.rundir.segments import read_segment, told_header
+
+    path = tmp_path / "metrics.jsonl"
+    end = {"type": "end", "status": "completed", "reason": "", "step": 2}
+    with JsonlSink(path) as sink:
+        sink.write(HEADER)
+        sink.write(end)
+    first_size = path.stat().st_size
+    with JsonlSink(path) as sink:  # the resume
+        sink.write({**HEADER, "history": {"segments": 1}})
+        sink.write({**TRAIN, "step": 3})
+        sink.write({**end, "step": 3})
+    last = json.loads(raw_lines(path)[-1])
+    assert last["header_at"] == first_size
+    with open(path, "rb") as f:
+        assert told_header(f, path.stat().st_size) == first_size
+    header, tail, _ = read_segment(path) or ({}, [], 0)
+    assert header.get("history") == {"segments": 1}
+    assert [r["step"] for r in tail if r["type"] == "train"] == [3]
+    # a value that names no header: the backwards search still finds the second one
+    with open(path, "ab") as f:
+        f.write((json.dumps({**end, "header_at": 5}) + "\n").encode())
+    header, _, _ = read_segment(path) or ({}, [], 0)
+    assert header.get("history") == {"segments": 1}
 
 
 def test_jsonl_non_finite_floats_become_null(tmp_path: Path) -> None:

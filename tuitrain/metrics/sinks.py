@@ -209,6 +209,9 @@ class JsonlSink(Sink):
         # unbuffered: nothing left in a buffer to land after a failed write has been cut back
         self._file: IO[bytes] | None = open_nofollow(self.path, "ab", buffering=0)
         self._good = self._file.tell()  # the size after the last whole record
+        # where this sink's last header line starts: its end record names it (`header_at`),
+        # so a reader finds the run's last segment without searching the file
+        self.header_offset: int | None = None
         if self._good and not self._ends_with_newline():
             self._append(b"\n")
 
@@ -254,6 +257,9 @@ class JsonlSink(Sink):
             )
 
     def write(self, record: Record) -> None:
+        kind = record.get("type")
+        if kind == "end" and self.header_offset is not None and "header_at" not in record:
+            record = {**record, "header_at": self.header_offset}
         text = to_json_line(record)
         limit = MAX_HEADER_BYTES if record.get("type") == "header" else MAX_RECORD_BYTES
         if len(text) * 4 >= limit - 1 and len(text.encode("utf-8")) >= limit:
@@ -261,6 +267,8 @@ class JsonlSink(Sink):
         line = (text + "\n").encode("utf-8")
         with self._lock:
             if self._file is not None:
+                if kind == "header":
+                    self.header_offset = self._good
                 self._append(line)
 
     cut_fields = 0  # fields left out of records over the contract's line size (for the client)

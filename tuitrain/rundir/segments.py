@@ -33,6 +33,7 @@ from tuitrain.rundir.read import parse_line, read_tail
 
 HEADER_LINE = b"\n" + HEADER_PREFIX  # a header's line as every writer starts it, after a newline
 SEARCH_CHUNK = 1 << 20  # the backwards search for the last header reads this much at a time
+END_LINE_BYTES = 1 << 16  # the last line read for an end record's `header_at`
 
 
 def header_at(f: BinaryIO, offset: int) -> tuple[dict[str, Any] | None, int]:
@@ -63,12 +64,37 @@ def header_starts(f: BinaryIO, begin: int, size: int) -> Iterator[int]:
         pos = start
 
 
+def told_header(f: BinaryIO, size: int) -> int | None:
+    """Where the last segment's header starts, as the file's last line tells it: an end
+    record's `header_at` (JsonlSink writes it), checked to lie inside the file. None: the
+    last line is no end record naming one (a running or killed run, an older writer's)."""
+    start = max(0, size - END_LINE_BYTES)
+    f.seek(start)
+    data = f.read(size - start)
+    if not data.endswith(b"\n"):
+        return None
+    cut = data.rfind(b"\n", 0, len(data) - 1)
+    if cut < 0 and start > 0:
+        return None  # the last line is longer than the read: search instead
+    rec = parse_line(data[cut + 1 : -1])
+    told = rec.get("header_at") if rec is not None and rec.get("type") == "end" else None
+    if isinstance(told, int) and not isinstance(told, bool) and 0 <= told < size:
+        return told
+    return None
+
+
 def last_header(f: BinaryIO, size: int) -> tuple[dict[str, Any], int] | None:
     """(the file's last header, the offset after its line); None when the first line is no
-    header (no run)."""
+    header (no run). The header the last end record names is taken where it is one; else
+    the file is searched backwards."""
     first, after = header_at(f, 0)
     if first is None:
         return None
+    told = told_header(f, size)
+    if told is not None:
+        found, found_after = header_at(f, told) if told else (first, after)
+        if found is not None:
+            return found, found_after
     for offset in header_starts(f, after - 1, size):
         found, found_after = header_at(f, offset)
         if found is not None:
