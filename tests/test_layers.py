@@ -257,6 +257,10 @@ RUN_FILE_NAMES = {  # a run dir's files: spelled only in tuitrain/rundir/
     ".tuitrain.ranks.lock",
     ".tuitrain-runs.jsonl",
 }
+RUN_FILE_PREFIXES = (
+    "profile-step",
+    "memory-snapshot-step",
+)  # a step's files: f"profile-step{s}.txt"
 RUN_FOLDER_NAMES = {"checkpoints", "tensorboard", "stacks", "control", "ranks"}  # also plain words
 PATH_MAKERS = {"Path", "PurePath", "join", "joinpath", "with_name"}  # Path(a, "x"), os.path.join
 # The reader's line-level parts: a module outside rundir/ holding them could parse the run's
@@ -315,7 +319,9 @@ def run_file_spellings(path: Path, root: Path = PKG.parent) -> list[str]:
         if not isinstance(text, str):
             continue
         last = text.rsplit("/", 1)[-1]
-        is_file = last in RUN_FILE_NAMES and not any(c.isspace() for c in text)
+        is_file = (last in RUN_FILE_NAMES or last.startswith(RUN_FILE_PREFIXES)) and not any(
+            c.isspace() for c in text
+        )
         if is_file or (text in RUN_FOLDER_NAMES and id(node) in as_path_part):
             found.append((node.lineno, node.col_offset, text))
     return [f"{path.relative_to(root)}:{line} spells {text!r}" for line, _, text in sorted(found)]
@@ -372,6 +378,7 @@ def test_the_run_file_rule_catches_a_second_opener(tmp_path: Path) -> None:
         "    c = os.path.join(run, 'checkpoints')\n"
         "    d = run.parent.name == 'checkpoints'\n"
         "    e = f'{run}/train.log'\n"
+        "    g = run / f'memory-snapshot-step{e}.pickle'\n"
         "    return {'control': 1, 'kind': 'ranks'}, 'no metrics.jsonl in RUN'\n"
     )
     spelled = run_file_spellings(bad, tmp_path)
@@ -382,6 +389,7 @@ def test_the_run_file_rule_catches_a_second_opener(tmp_path: Path) -> None:
         "tuitrain/commands/peek.py:9 spells 'checkpoints'",
         "tuitrain/commands/peek.py:10 spells 'checkpoints'",
         "tuitrain/commands/peek.py:11 spells '/train.log'",
+        "tuitrain/commands/peek.py:12 spells 'memory-snapshot-step'",
     ], spelled
     taken = rundir_pieces_taken(bad, tmp_path)
     assert taken == ["tuitrain/commands/peek.py imports classify_line from tuitrain.rundir.read"]

@@ -95,7 +95,7 @@ class MemorySnapshot:
             return
         had_history = self.recording
         try:
-            path = write_snapshot(self.run_dir / f"memory-snapshot-step{step}.pickle")
+            path = write_snapshot(RunDir(self.run_dir).memory_snapshot(step))
         finally:
             self.stop()
         what = (
