@@ -18,6 +18,7 @@ from tuitrain.engine import Control, run
 from tuitrain.engine.memsnap import MAX_ENTRIES, MemorySnapshot
 from tuitrain.engine.runner import fail
 from tuitrain.metrics.sinks import Sink
+from tuitrain.rundir.layout import RunDir
 
 CUDA = torch.device("cuda", 0)  # a device object only: no CUDA call reaches torch here
 
@@ -68,7 +69,7 @@ def test_memory_snapshot_steps_on_cpu_is_one_warning(tiny_config, tmp_path: Path
 
 def test_snapshot_after_n_steps_then_recording_stops(allocator, tmp_path: Path) -> None:
     sink = Records()
-    snap = MemorySnapshot(CUDA, tmp_path)
+    snap = MemorySnapshot(CUDA, RunDir(tmp_path))
     snap.request(2, sink)
     snap.maybe_start(5)  # the boundary before step 6
     assert allocator == [("all", {"max_entries": MAX_ENTRIES})]
@@ -90,7 +91,7 @@ def test_a_planted_link_is_replaced_not_written_through(allocator, tmp_path: Pat
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
     (tmp_path / "memory-snapshot-step1.pickle").symlink_to(victim)
-    snap = MemorySnapshot(CUDA, tmp_path)
+    snap = MemorySnapshot(CUDA, RunDir(tmp_path))
     sink = Records()
     snap.request(1, sink)
     snap.maybe_start(0)
@@ -102,7 +103,7 @@ def test_a_planted_link_is_replaced_not_written_through(allocator, tmp_path: Pat
 
 def test_the_run_end_dumps_what_a_cut_short_recording_has(allocator, tmp_path: Path) -> None:
     sink = Records()
-    snap = MemorySnapshot(CUDA, tmp_path)
+    snap = MemorySnapshot(CUDA, RunDir(tmp_path))
     snap.request(10, sink)
     snap.maybe_start(0)
     snap.after_step(1, sink)
@@ -136,7 +137,7 @@ def test_cuda_oom_writes_a_snapshot_before_the_end(
     """With a recording on: its history up to the failure; without: the allocator's state
     (no history), and the event says which."""
     sink = Records()
-    snap = MemorySnapshot(CUDA, tmp_path)
+    snap = MemorySnapshot(CUDA, RunDir(tmp_path))
     if recording:
         snap.request(50, sink)
         snap.maybe_start(1)
@@ -158,7 +159,7 @@ def test_cuda_oom_writes_a_snapshot_before_the_end(
 
 def test_other_failures_stop_a_recording_without_a_snapshot(allocator, tmp_path: Path) -> None:
     sink = Records()
-    snap = MemorySnapshot(CUDA, tmp_path)
+    snap = MemorySnapshot(CUDA, RunDir(tmp_path))
     snap.request(50, sink)
     snap.maybe_start(1)
     fail(ValueError("boom"), sink, Control(), oom_trainer(snap), time.perf_counter())

@@ -26,6 +26,7 @@ from tuitrain.engine.rankwatch import (
     flight_recorder_env,
     stall_bound,
 )
+from tuitrain.rundir.layout import RunDir
 
 BOUND = 30.0
 
@@ -127,7 +128,7 @@ def test_rank_0_names_the_rank_asks_every_rank_for_stacks_and_writes_its_own(
     progress, control = Progress(), Control()
     control.step, progress.micro, progress.phase = 4, 5, "backward"
     watch = RankWatch(
-        store, 0, 2, progress, control, run_dir=tmp_path, action="warn", floor_s=0.3,
+        store, 0, 2, progress, control, stacks=RunDir(tmp_path).stacks, action="warn", floor_s=0.3,
         factor=10.0, raise_alert=lambda *a: alerts.append(a), leave=pytest.fail, may_leave=False,
     )  # fmt: skip
     watch.verdict = Verdict(2, time.monotonic())
@@ -173,7 +174,7 @@ def test_rank_0_reads_a_missing_heartbeat_as_none_without_waiting_for_it() -> No
     store = dist.HashStore()
     store.set_timeout(timedelta(seconds=60))  # a blocking get on the missing key would hang
     watch = RankWatch(
-        store, 0, 3, Progress(), Control(), run_dir=None, action="warn", floor_s=30.0,
+        store, 0, 3, Progress(), Control(), stacks=None, action="warn", floor_s=30.0,
         factor=10.0, raise_alert=pytest.fail, leave=pytest.fail, may_leave=False,
     )  # fmt: skip
     watch.publish()
@@ -229,7 +230,7 @@ def test_rank_0_evaluating_excuses_no_other_rank() -> None:
     progress, control = Progress(), Control()
     control.state, control.step, progress.micro, progress.work = "evaluating", 4, 5, "eval"
     watch = RankWatch(
-        store, 0, 3, progress, control, run_dir=None, action="warn", floor_s=0.3,
+        store, 0, 3, progress, control, stacks=None, action="warn", floor_s=0.3,
         factor=10.0, raise_alert=lambda *a: alerts.append(a), leave=pytest.fail, may_leave=False,
     )  # fmt: skip
     watch.verdict = Verdict(3, time.monotonic())

@@ -27,9 +27,9 @@ MAX_ENTRIES = 100_000  # alloc/free events kept (torchtitan's default): bounds h
 class MemorySnapshot:
     """Starts recording at a step boundary on request, dumps and stops after N steps."""
 
-    def __init__(self, device: torch.device, run_dir: Path | None, enabled: bool = True) -> None:
+    def __init__(self, device: torch.device, files: RunDir | None, enabled: bool = True) -> None:
         self.device = device
-        self.run_dir = run_dir
+        self.files = files  # the run dir the snapshot goes to
         self.enabled = enabled  # False on DDP ranks other than 0
         self.pending = 0
         self.remaining = 0
@@ -44,7 +44,7 @@ class MemorySnapshot:
         if self.device.type != "cuda":
             sink.write(event_record(MEMORY_ON_CPU, level="warning", kind="memory_snapshot"))
             return
-        if self.run_dir is None:
+        if self.files is None:
             sink.write(
                 event_record(
                     "memory snapshot skipped: this run has no run dir to write it to",
@@ -73,9 +73,9 @@ class MemorySnapshot:
 
     def finish(self, step: int, sink: Sink, note: str = "") -> None:
         """Dump the recorded history to the run dir, stop recording, say where it went."""
-        assert self.run_dir is not None  # request() refuses a run without one
+        assert self.files is not None  # request() refuses a run without one
         try:
-            path = write_snapshot(RunDir(self.run_dir).memory_snapshot(step))
+            path = write_snapshot(self.files.memory_snapshot(step))
         finally:
             self.stop()
         sink.write(
@@ -91,11 +91,11 @@ class MemorySnapshot:
         """A CUDA out-of-memory error: write a snapshot before the run ends (best effort).
         With a recording on, its history up to the failure; else the allocator's state now
         (its segments and blocks, no history)."""
-        if not self.enabled or self.run_dir is None or self.device.type != "cuda":
+        if not self.enabled or self.files is None or self.device.type != "cuda":
             return
         had_history = self.recording
         try:
-            path = write_snapshot(RunDir(self.run_dir).memory_snapshot(step))
+            path = write_snapshot(self.files.memory_snapshot(step))
         finally:
             self.stop()
         what = (

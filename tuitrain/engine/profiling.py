@@ -23,9 +23,9 @@ WARMUP_STEPS = 1
 class StepProfiler:
     """Starts on request (never on the first, compiling step) and stops after N steps."""
 
-    def __init__(self, device: torch.device, run_dir: Path | None) -> None:
+    def __init__(self, device: torch.device, files: RunDir | None) -> None:
         self.device = device
-        self.run_dir = run_dir
+        self.files = files  # the run dir the profile's table and trace go to
         self.pending = 0
         self.remaining = 0
         self.requested = 0  # steps the running profile was asked for
@@ -67,12 +67,11 @@ class StepProfiler:
         table = self._prof.key_averages().table(sort_by=sort_by, row_limit=TOP_ROWS)
         prof, self._prof = self._prof, None
         where, trace = "", None
-        if self.run_dir is not None:
-            run_dir = RunDir(self.run_dir)
-            path = run_dir.profile_table(self.first_step)
+        if self.files is not None:
+            path = self.files.profile_table(self.first_step)
             with open_nofollow(path, "w", encoding="utf-8") as f:
                 f.write(table + "\n")
-            trace = export_trace(prof, run_dir.profile_trace(self.first_step))
+            trace = export_trace(prof, self.files.profile_trace(self.first_step))
             where = f", table in {path}, trace in {trace} (open in https://ui.perfetto.dev)"
         sort_name = "device" if self.device.type == "cuda" else "CPU"
         sink.write(

@@ -63,7 +63,6 @@ from tuitrain.core.safefile import (
     replacing,
     write_atomic_bytes,
 )
-from tuitrain.rundir.layout import RunDir
 
 PHASES = ("data", "forward", "backward", "update")  # the order within one micro-batch
 # work one rank may spend long in while the others wait for it in a collective, never a stall:
@@ -286,7 +285,7 @@ class RankWatch:
         progress: Progress,
         control: Control,
         *,
-        run_dir: Path | None,
+        stacks: Path | None,
         action: str,
         floor_s: float,
         factor: float,
@@ -298,7 +297,7 @@ class RankWatch:
         self.store = store
         self.rank, self.world_size = rank, world_size
         self.progress, self.control = progress, control
-        self.stacks = RunDir(run_dir).stacks if run_dir is not None else None
+        self.stacks = stacks  # the run dir's stacks folder (None: a run without files)
         self.action, self.floor_s, self.factor = action, floor_s, factor
         self.raise_alert, self.leave, self.may_leave = raise_alert, leave, may_leave
         self.nccl = nccl

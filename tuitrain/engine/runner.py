@@ -140,9 +140,10 @@ def run(
     try:
         control.state = "starting"
         parts = build_parts(cfg, dist)
+        files = RunDir(run_dir) if run_dir is not None else None  # the run dir, made once
         history = None
-        if resume is not None and run_dir is not None and dist.is_main:
-            history = earlier_segments(RunDir(run_dir).metrics)  # read before the header lands
+        if resume is not None and files is not None and dist.is_main:
+            history = earlier_segments(files.metrics)  # read before the header lands
         sink.write(engine_header(cfg, parts, dist, run_dir, history))
         if slow := parts.precision.start_warning():
             message, hint = slow
@@ -160,7 +161,7 @@ def run(
             sink.write(
                 event_record(f"{message}; {hint}", level="warning", kind="device", hint=hint)
             )
-        trainer = Trainer(cfg, parts, sink, control, dist, run_dir)
+        trainer = Trainer(cfg, parts, sink, control, dist, files)
         if resume is not None:
             from tuitrain.engine.state import restore, world_size_change
 
@@ -188,7 +189,7 @@ def run(
                         step=trainer.step,
                     )
                 )
-        watch = rank_watch(cfg, trainer, sink, run_dir, started)
+        watch = rank_watch(cfg, trainer, sink, started)
         with StallWatch(control, trainer.diagnostics, cfg.alerts.stall_s), watch, frozen_heap():
             status = trainer.fit()
         trainer.profiler.close(sink)  # a profile the run's end cut short: what it has
@@ -200,7 +201,7 @@ def run(
             trainer.diagnostics.close()  # on_alert commands still running: their time limit
     reason = control.stop_reason if status == "stopped" else "reached the configured steps/epochs"
     code = control.exit_code or EXIT_OK
-    if lost := no_checkpoint_kept(trainer, run_dir):
+    if lost := no_checkpoint_kept(trainer):
         status, reason, code = "failed", f"{reason}, but {lost}", code or EXIT_FAILED
         sink.write(event_record(lost, level="error", kind="failed", hint=""))
     control.state = status
@@ -223,7 +224,7 @@ def run(
 
 
 def rank_watch(
-    cfg: Config, trainer: Trainer, sink: Sink, run_dir: Path | None, started: float
+    cfg: Config, trainer: Trainer, sink: Sink, started: float
 ) -> contextlib.AbstractContextManager[Any]:
     """With more than one rank, the stalled-rank watch around the loop (engine/rankwatch.py);
     rank 0 first says when its bound cannot come before the collective's timeout."""
@@ -263,13 +264,14 @@ def rank_watch(
             sys.stderr.flush()
         os._exit(EXIT_FAILED)
 
+    files = trainer.files
     return RankWatch(
-        watch_store(run_dir),
+        watch_store(files.path if files is not None else None),
         dist.rank,
         dist.world_size,
         trainer.progress,
         trainer.control,
-        run_dir=run_dir,
+        stacks=files.stacks if files is not None else None,
         action=alerts.stalled_rank,
         floor_s=alerts.stalled_rank_s,
         factor=alerts.stalled_rank_factor,
@@ -281,19 +283,19 @@ def rank_watch(
     )
 
 
-def no_checkpoint_kept(trainer: Trainer, run_dir: Path | None) -> str:
+def no_checkpoint_kept(trainer: Trainer) -> str:
     """'' unless checkpoint writes failed and the run ends with none on disk: the sentence
     that says so (the run's training is lost; a full disk is not a success)."""
-    from tuitrain.engine.checkpoint import checkpoint_dir, list_checkpoints
+    from tuitrain.engine.checkpoint import list_checkpoints
 
-    failure = trainer.checkpoint_failure
-    if failure is None or run_dir is None or not trainer.dist.is_main:
+    failure, files = trainer.checkpoint_failure, trainer.files
+    if failure is None or files is None or not trainer.dist.is_main:
         return ""
-    if list_checkpoints(checkpoint_dir(run_dir)):
+    if list_checkpoints(files.checkpoints):
         return ""
     return (
         f"no checkpoint was kept: every checkpoint write failed ({failure}); free space "
-        f"where {checkpoint_dir(run_dir)} lies, or pass --run-dir on another disk, and rerun"
+        f"where {files.checkpoints} lies, or pass --run-dir on another disk, and rerun"
     )
 
 
@@ -402,7 +404,7 @@ def describe_failure(exc: BaseException, trainer: Trainer | None) -> tuple[str, 
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         stopped = trainer.control.stop_reason if trainer else ""
         if trainer and stopped.startswith("stopped by alert stalled_rank"):  # peers ended
-            stacks = RunDir(trainer.run_dir).stacks if trainer.run_dir else "the run dir's stacks"
+            stacks = trainer.files.stacks if trainer.files else "the run dir's stacks"
             return (
                 f"{stopped}; every rank was ended after step {step}",
                 f"every rank's Python stacks are in {stacks}/",

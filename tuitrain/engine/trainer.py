@@ -42,6 +42,7 @@ from tuitrain.engine.tasks.base import (
 from tuitrain.engine.tasks.build import task_label
 from tuitrain.metrics.records import CLASSIFY_PRIMARY, eval_record, event_record
 from tuitrain.metrics.sinks import Sink
+from tuitrain.rundir.layout import RunDir
 
 # The GradScaler skips optimizer.step() on overflow; the schedule still advances (on purpose:
 # the step counter is the schedule's clock), which torch reports as a misuse. It is not.
@@ -62,10 +63,10 @@ class Trainer:
         sink: Sink,
         control: Control,
         dist: DistInfo,
-        run_dir: Path | None,
+        files: RunDir | None,
     ) -> None:
         self.cfg, self.parts, self.sink, self.control = cfg, parts, sink, control
-        self.dist, self.run_dir = dist, run_dir
+        self.dist, self.files = dist, files  # the run dir (None: a run that keeps no files)
         self.task = parts.task
         self.label = task_label(cfg)
         self.strategy = parts.strategy
@@ -93,8 +94,8 @@ class Trainer:
                 clock.attach(parts.model)
         self.progress = Progress()  # how far into the step it is: the rank watch reads it
         self.meter.comm_clock = self.strategy.comm_clock  # DDP, FSDP: time in collectives
-        self.profiler = StepProfiler(parts.device, run_dir)
-        self.memory = MemorySnapshot(parts.device, run_dir, enabled=dist.is_main)
+        self.profiler = StepProfiler(parts.device, files)
+        self.memory = MemorySnapshot(parts.device, files, enabled=dist.is_main)
         self.step = 0
         self.epoch = 0
         self.epoch_step = 0  # optimizer steps done in the current epoch
@@ -395,10 +396,10 @@ class Trainer:
     def save_rank_state(self) -> None:
         from tuitrain.engine.checkpoint import save_rank_state
 
-        assert self.run_dir is not None
+        assert self.files is not None
         try:
             save_rank_state(
-                self.run_dir, self.step, self.dist.rank, self.rank_state_dict(),
+                self.files.path, self.step, self.dist.rank, self.rank_state_dict(),
                 self.cfg.checkpoint.keep,
             )  # fmt: skip
         except OSError as exc:
@@ -558,7 +559,7 @@ class Trainer:
         Under DDP the other ranks save their own RNG and loss window beside it (same step:
         every rank reaches the same save points); a sharded checkpoint has every rank write
         its shard and its own state into the folder rank 0 renames into place."""
-        if self.run_dir is None or self.last_saved_step == self.step:
+        if self.files is None or self.last_saved_step == self.step:
             return None
         with self.own_work("save"):
             return self._save(reason)
@@ -591,14 +592,14 @@ class Trainer:
             return self.save_main(reason)
 
     def save_main(self, reason: str) -> Path | None:
-        from tuitrain.engine.checkpoint import checkpoint_dir, list_checkpoints
+        from tuitrain.engine.checkpoint import list_checkpoints
 
-        assert self.run_dir is not None
+        assert self.files is not None
         try:
             path = self.write_checkpoint()
         except OSError as exc:
             self.checkpoint_failure = str(exc.strerror or exc)
-            kept = list_checkpoints(checkpoint_dir(self.run_dir))
+            kept = list_checkpoints(self.files.checkpoints)
             said = (
                 f"the earlier checkpoints are intact (newest: {kept[0].name})"
                 if kept
@@ -632,10 +633,10 @@ class Trainer:
         """Rank 0's whole checkpoint file, or (sharded) every rank's part of the folder."""
         from tuitrain.engine.checkpoint import save_checkpoint, save_sharded
 
-        assert self.run_dir is not None
+        assert self.files is not None
         keep = self.cfg.checkpoint.keep
         if not self.sharded_checkpoints:
-            return save_checkpoint(self.run_dir, self.state_dict(), keep)
+            return save_checkpoint(self.files.path, self.state_dict(), keep)
         shards, groups = self.strategy.sharded_state(self.parts.optimizer)
         own = (
             {**self.state_dict(weights=False), "param_groups": groups}
@@ -643,7 +644,7 @@ class Trainer:
             else self.rank_state_dict()
         )
         return save_sharded(
-            self.run_dir, self.step, self.dist.rank, shards, own, keep, self.strategy.agree,
+            self.files.path, self.step, self.dist.rank, shards, own, keep, self.strategy.agree,
             self.dist.world_size,
         )  # fmt: skip
 
