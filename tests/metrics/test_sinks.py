@@ -94,7 +94,7 @@ def test_an_end_record_names_its_own_segments_header(tmp_path: Path) -> None:
     """A resumed run's file: the second sink's end record points at the second header, and
     the reader takes the header it names without searching; an end record pointing at no
     header (a planted or damaged value) falls back to the search."""
-    from tuitrain.rundir.segments import read_segment, told_header
+    from tuitrain.rundir.summary import read_segment, told_header
 
     path = tmp_path / "metrics.jsonl"
     end = {"type": "end", "status": "completed", "reason": "", "step": 2}

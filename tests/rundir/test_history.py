@@ -38,8 +38,7 @@ from tuitrain.metrics.store import MetricStore
 from tuitrain.rundir.ending import compare_lines, ending_lines
 from tuitrain.rundir.follow import JsonlFollower
 from tuitrain.rundir.lock import RunDirLock
-from tuitrain.rundir.segments import earlier_segments
-from tuitrain.rundir.summary import judged_metric, summarize_run
+from tuitrain.rundir.summary import earlier_segments, judged_metric, summarize_run
 
 
 def records_of(path: Path) -> list[dict[str, Any]]:

@@ -36,7 +36,7 @@ from tuitrain.metrics.alerts import Alert
 from tuitrain.metrics.records import end_record, event_record, header_record
 from tuitrain.metrics.sinks import Sink
 from tuitrain.rundir.layout import RunDir
-from tuitrain.rundir.segments import earlier_segments
+from tuitrain.rundir.summary import earlier_segments
 
 __all__ = ["RunResult", "run"]
 
@@ -103,7 +103,7 @@ def engine_header(
         peak_source=parts.peak.source,
         # what is trained: the primary metric, its mode, every metric's goal and format
         task=parts.task_info,
-        history=history,  # a resumed run's earlier segments (rundir.segments.earlier_segments)
+        history=history,  # a resumed run's earlier segments (rundir.summary.earlier_segments)
     )
 
 

@@ -32,9 +32,15 @@ from tuitrain.metrics.format import DASH
 from tuitrain.metrics.records import CLASSIFY_DECLARATION, format_metric
 from tuitrain.metrics.store import MetricStore, Series, Snapshot
 from tuitrain.rundir.layout import METRICS_NAME
-from tuitrain.rundir.segments import segment_seconds
 from tuitrain.rundir.state import quiet_seconds, run_status, writer_exited
-from tuitrain.rundir.summary import VAL_LOSS, RunSummary, eval_names, judged_metric, summary_of
+from tuitrain.rundir.summary import (
+    VAL_LOSS,
+    RunSummary,
+    eval_names,
+    judged_metric,
+    segment_seconds,
+    summary_of,
+)
 from tuitrain.ui.screens.help import HelpScreen, binding_commands
 from tuitrain.ui.stopping import StoppingApp
 from tuitrain.ui.view import (
