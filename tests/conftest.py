@@ -26,6 +26,11 @@ from tuitrain.core.config import Config, load_preset  # noqa: E402 - after the t
 # handler, so pytest itself still outlives a hang-up and its children start with the default.
 if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
     signal.signal(signal.SIGHUP, lambda _signum, _frame: None)
+# The same for Ctrl-C: pytest-xdist's workers (and a job a shell put in the background) ignore
+# SIGINT, and a child Python that starts with it ignored never raises KeyboardInterrupt (the
+# tests that press Ctrl-C on a child would see it carry on).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # A real run small enough for a unit test: 512 training images, 256 for validation.
 TINY = ["data.train_samples=512", "data.val_samples=256", "train.log_every=2"]

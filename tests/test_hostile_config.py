@@ -125,7 +125,7 @@ def user_presets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_list_presets_lists_broken_user_presets_as_unreadable(
-    user_presets: Path, capsys: pytest.CaptureFixture[str]
+    user_presets: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (user_presets / "scalar.toml").write_text("preset = 3\n")
     (user_presets / "descnum.toml").write_text("[preset]\ndescription = 5\n")
@@ -135,6 +135,7 @@ def test_list_presets_lists_broken_user_presets_as_unreadable(
     (user_presets / "broken.toml").write_text("x = [\n")
     os.mkfifo(user_presets / "fifo.toml")  # listing must not wait for a writer
     (user_presets / "folder.toml").mkdir()
+    monkeypatch.setenv("COLUMNS", "1000")  # one line each, however long the temp path
     assert main(["--list-presets"]) == 0
     out = capsys.readouterr().out
     lines = {line.split()[0]: line for line in out.splitlines()}
