@@ -133,17 +133,21 @@ def test_a_run_that_fails_in_its_loop_unfreezes_too(tiny_config) -> None:  # noq
 
 
 def test_overlapping_loops_unfreeze_when_the_last_one_ends() -> None:
+    # Counts can only fall by what other threads free meanwhile (a daemon thread of an
+    # earlier test in this process): a second freeze or an early unfreeze moves whole heaps.
     before = gc.get_freeze_count()
     with frozen_heap():
         first = gc.get_freeze_count()
-        assert first > before
+        assert first > before + 1000
+        kept = [[i] for i in range(5000)]  # tracked objects a second freeze would take
         with frozen_heap():  # a second loop while the first runs: no second freeze
-            assert gc.get_freeze_count() == first
-        assert gc.get_freeze_count() == first  # the first loop is still running
-    assert gc.get_freeze_count() == before
+            assert first - 100 <= gc.get_freeze_count() <= first
+        assert gc.get_freeze_count() > first - 100  # the first loop is still running
+    assert gc.get_freeze_count() <= before
     with pytest.raises(RuntimeError), frozen_heap():
         raise RuntimeError("the loop failed")
-    assert gc.get_freeze_count() == before
+    assert gc.get_freeze_count() <= before
+    del kept
 
 
 def test_a_heap_frozen_before_the_loop_stays_frozen_after_it() -> None:
