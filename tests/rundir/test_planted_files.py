@@ -130,6 +130,35 @@ def test_a_lock_held_while_its_writer_is_dead_is_a_hostage_not_a_run(
     assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_NAME, RANKS_LOCK_NAME]
 
 
+def test_tuitrain_runs_claim_follows_the_run_locks_rules(
+    tmp_path: Path, hold: Callable[[Path, str], subprocess.Popen[str]]
+) -> None:
+    """`tuitrain run`'s claim on its run dir (RUN_LOCK_NAME) is made 0600; a stranger who
+    holds it (shared) while the pid inside is dead does not keep the owner out; a live holder
+    is one sentence; another user's file is refused."""
+    from tuitrain.client.parent import claim_run_dir
+    from tuitrain.rundir.layout import RUN_LOCK_NAME
+
+    claim = tmp_path / RUN_LOCK_NAME
+    claim_run_dir(tmp_path).release()
+    assert stat.S_IMODE(os.lstat(claim).st_mode) == 0o600
+    claim.write_text(f"{dead_pid()} {socket.gethostname()}")
+    hostage = os.lstat(claim).st_ino
+    hold(claim, "shared")
+    taken = claim_run_dir(tmp_path)  # before: refused for as long as the stranger held it
+    try:
+        assert os.lstat(claim).st_ino != hostage
+        assert claim.read_text() == f"{os.getpid()} {socket.gethostname()}"
+        with pytest.raises(UserError, match=rf"another tuitrain run \(pid {os.getpid()}\)"):
+            claim_run_dir(tmp_path)
+    finally:
+        taken.release()
+    if os.geteuid() == 0:
+        os.chown(claim, NOBODY, NOBODY)
+        with pytest.raises(UserError, match=f"uid {NOBODY}"):
+            claim_run_dir(tmp_path)
+
+
 def test_a_lock_held_by_a_live_writer_or_on_another_host_is_not_a_hostage(
     tmp_path: Path, hold: Callable[[Path, str], subprocess.Popen[str]]
 ) -> None:

@@ -7,12 +7,10 @@ and the end record that says how it ended. `tuitrain/commands/run.py` is the com
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
 import signal
-import socket
 import stat
 import subprocess
 import threading
@@ -21,13 +19,14 @@ from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import tuitrain
 from tuitrain.core.errors import UserError
 from tuitrain.core.safefile import LinkRefused, not_regular, open_nofollow
 from tuitrain.metrics.records import end_record, event_record
-from tuitrain.rundir.layout import METRICS_NAME, RunDir
+from tuitrain.rundir.layout import METRICS_NAME, RUN_LOCK_NAME, RunDir
+from tuitrain.rundir.lock import RunDirLock
 from tuitrain.rundir.manifest import read_manifest, start_manifest
 from tuitrain.rundir.read import last_records
 
@@ -303,7 +302,7 @@ class Script:
         self.leftovers: list[str] = []
         self.outside = 0  # of the leftovers, those outside the script's process group
         self._runs = [run_dir]  # the script's runs, in the order they started
-        self._run_locks: list[IO[str]] = []  # the later runs' RUN_LOCK_NAME, held
+        self._run_locks: list[RunDirLock] = []  # the later runs' RUN_LOCK_NAME, held
         self._runs_lock = threading.Lock()
         self._looked = 0.0
         self._code: int | None = None
@@ -327,7 +326,7 @@ class Script:
             start_manifest(run_dir)  # the runs of this script: none yet
             self.output = open_nofollow(RunDir(run_dir).output_log, "ab", buffering=0)
         except BaseException:
-            self._run_lock.close()
+            self._run_lock.release()
             raise
         try:
             self.proc = subprocess.Popen(
@@ -337,7 +336,7 @@ class Script:
             )  # fmt: skip
         except OSError as exc:
             self.output.close()
-            self._run_lock.close()
+            self._run_lock.release()
             raise UserError(
                 f"cannot start {command[0]!r} ({exc.strerror or exc}); check the command after --."
             ) from exc
@@ -500,9 +499,9 @@ class Script:
                 if self.leftovers:
                     self.notes.append(leftover_message(self.leftovers, self.grace_s, self.outside))
             finally:
-                self._run_lock.close()
+                self._run_lock.release()
                 for held in self._run_locks:
-                    held.close()
+                    held.release()
             self._code = code
             return code
 
@@ -530,29 +529,19 @@ class Script:
             lock.release()
 
 
-def claim_run_dir(run_dir: Path) -> IO[str]:
-    """The run dir's RUN_LOCK_NAME, locked for this `tuitrain run`'s life (the file held open);
-    another `tuitrain run` holding it is one sentence (exit 2)."""
-    import fcntl
+def claim_run_dir(run_dir: Path) -> RunDirLock:
+    """The run dir's RUN_LOCK_NAME, locked for this `tuitrain run`'s life by the run lock's
+    rules (mode 0600, this user's file, a dead holder's lock replaced); another live
+    `tuitrain run` holding it is one sentence (exit 2)."""
 
-    f = open_nofollow(RunDir(run_dir).run_lock, "a+", encoding="utf-8")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        f.seek(0)
-        holder = (f.read(64).split() or ["?"])[0]
-        f.close()
-        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise
-        raise UserError(
-            f"run dir {run_dir} is in use by another tuitrain run (pid {holder}); wait for it "
+    def busy(holder: str) -> str:
+        pid = (holder.split() or ["?"])[0]
+        return (
+            f"run dir {run_dir} is in use by another tuitrain run (pid {pid}); wait for it "
             "to end, or pass another --run-dir."
-        ) from None
-    f.seek(0)
-    f.truncate()
-    f.write(f"{os.getpid()} {socket.gethostname()}")
-    f.flush()
-    return f
+        )
+
+    return RunDirLock.claim(run_dir, RUN_LOCK_NAME, busy)
 
 
 def leftover_message(commands: Sequence[str], grace_s: float, outside: int = 0) -> str:

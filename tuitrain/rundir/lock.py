@@ -24,6 +24,7 @@ import os
 import socket
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tuitrain.core.errors import UserError
@@ -155,11 +156,22 @@ class RunDirLock:
     def __init__(self, run_dir: str | Path, main: bool = True) -> None:
         self.run_dir = Path(run_dir)
         self._fds: list[int] = []
+        self._busy = lambda holder: _held_message(self.run_dir, holder or "another process")
         if main:
             self._take(LOCK_NAME, exclusive=True)
             self._check_free(RANKS_LOCK_NAME)
         else:
             self._take(RANKS_LOCK_NAME, exclusive=False)
+
+    @classmethod
+    def claim(cls, run_dir: str | Path, name: str, busy: Callable[[str], str]) -> RunDirLock:
+        """RUN_DIR/name held exclusively by this process, by the run lock's rules (0600,
+        this user's, a hostage replaced), its pid and host inside: `tuitrain run`'s claim on
+        its run dir. `busy(holder)` is the sentence when a live process holds it."""
+        lock = cls.__new__(cls)
+        lock.run_dir, lock._fds, lock._busy = Path(run_dir), [], busy
+        lock._take(name, exclusive=True)
+        return lock
 
     def _not_a_file(self, name: str) -> UserError:
         return UserError(
@@ -221,7 +233,7 @@ class RunDirLock:
                 fd = self._fresh(name, fd)
             else:
                 os.close(fd)
-                raise UserError(_held_message(self.run_dir, holder or "another process")) from exc
+                raise UserError(self._busy(holder)) from exc
         if exclusive:
             data = writer_id().encode()
             os.ftruncate(fd, 0)
