@@ -27,7 +27,7 @@ from tuitrain.host.steer import Listener
 from tuitrain.rundir import ranks as rank_files
 from tuitrain.rundir.control import OWNER_NAME, send_request, steerable
 from tuitrain.rundir.layout import LOCK_NAME, RANKS_LOCK_NAME, RunDir
-from tuitrain.rundir.lock import RunDirLock, refuse_if_held, writer_gone
+from tuitrain.rundir.lock import RunDirLock, refuse_if_held, start_ticks, writer_gone, writer_id
 
 ROOT = Path(__file__).resolve().parents[2]
 PRECIOUS = b"precious: a file the run must never touch\n"
@@ -120,7 +120,7 @@ def test_a_lock_held_while_its_writer_is_dead_is_a_hostage_not_a_run(
     taken = RunDirLock(tmp_path)
     try:
         assert os.lstat(lock).st_ino != hostage
-        assert lock.read_text() == f"{os.getpid()} {socket.gethostname()}"
+        assert lock.read_text() == writer_id()
         assert stat.S_IMODE(os.lstat(lock).st_mode) == 0o600
         assert not writer_gone(tmp_path)
         with pytest.raises(UserError, match=rf"in use by a running tuitrain \(pid {os.getpid()}\)"):
@@ -148,7 +148,7 @@ def test_tuitrain_runs_claim_follows_the_run_locks_rules(
     taken = claim_run_dir(tmp_path)  # before: refused for as long as the stranger held it
     try:
         assert os.lstat(claim).st_ino != hostage
-        assert claim.read_text() == f"{os.getpid()} {socket.gethostname()}"
+        assert claim.read_text() == writer_id()
         with pytest.raises(UserError, match=rf"another tuitrain run \(pid {os.getpid()}\)"):
             claim_run_dir(tmp_path)
     finally:
@@ -191,6 +191,31 @@ def test_a_pid_that_now_names_another_users_process_is_no_writer(
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_a_pid_that_now_names_another_process_of_this_user_is_no_writer(
+    tmp_path: Path, hold: Callable[[Path, str], subprocess.Popen[str]]
+) -> None:
+    """The dead writer's pid given to a later process of the same user (pid reuse): the start
+    tick in the lock names another process, so the hold is a hostage; the same pid at its own
+    start tick is the writer."""
+    later = subprocess.Popen(["sleep", "60"])  # stands for the process that got the pid
+    try:
+        started = start_ticks(later.pid)
+        assert started.isdigit()
+        lock = tmp_path / LOCK_NAME
+        lock.write_text(f"{later.pid} {socket.gethostname()} {int(started) - 1}")
+        hold(lock, "exclusive")  # as the writer would: a shared probe cannot take it
+        assert writer_gone(tmp_path)
+        lock.write_text(f"{later.pid} {socket.gethostname()} {started}")  # it is the writer
+        assert not writer_gone(tmp_path)
+        with pytest.raises(UserError, match=rf"\(pid {later.pid}\)"):
+            RunDirLock(tmp_path)
+        lock.write_text(f"{later.pid} {socket.gethostname()} {int(started) - 1}")
+        RunDirLock(tmp_path).release()  # the owner's next run takes a fresh lock
+    finally:
+        later.kill()
+        later.wait()
 
 
 # -- 2. the control dir --------------------------------------------------------------------

@@ -50,7 +50,7 @@ from tuitrain.rundir.layout import CONTROL_DIR as CONTROL_DIR  # named here for 
 from tuitrain.rundir.layout import RunDir
 from tuitrain.rundir.lock import live_holder, writer_id
 
-OWNER_NAME = "owner"  # "<pid> <host>" of the run that reads the directory
+OWNER_NAME = "owner"  # "<pid> <host> <start> <token>" of the run that reads the directory
 MAX_OWNER_BYTES = 256
 _marks: set[str] = set()  # the owner marks of the inboxes open in this process
 REQUEST_PREFIX = "req-"
@@ -128,8 +128,11 @@ def _owner(dir_fd: int) -> str:
 
 
 def _same_writer(mark: str, holder: str | None) -> bool:
-    words = mark.split()
-    return holder is not None and len(words) >= 2 and words[:2] == holder.split()[:2]
+    """The owner mark ("<writer_id> <token>") was written by the lock's holder."""
+    if holder is None:
+        return False
+    words, held = mark.split(), holder.split()
+    return len(held) >= 2 and len(words) > len(held) and words[: len(held)] == held
 
 
 def steerable(run_dir: str | Path) -> bool:
@@ -226,7 +229,7 @@ class Inbox:
             raise ChannelError(f"{self.path} cannot be used as a control channel: {why}")
         self.fd: int | None = fd
         self.stuck: set[str] = set()  # entries that could not be deleted: left alone
-        self.mark = ""  # what control/owner says: "<pid> <host> <token>"
+        self.mark = ""  # what control/owner says: "<pid> <host> <start> <token>"
         for name in self._names():  # a previous run's requests are not this run's
             self._remove(name)
         self._mark()

@@ -8,8 +8,9 @@ The lock files are their user's alone: a new one is made with mode 0600 (O_CREAT
 O_NOFOLLOW), an older one of this user's is tightened to 0600, and one of another user is
 refused in one sentence. Anyone who can open a lock file can flock it, and a lock held by
 someone other than the run would block the owner's `--resume` and make a killed run look
-alive. So a lock that is held while the pid and host written in it name no live process of
-this user on this host is a hostage, not a run (a stranger who opened the file while it was
+alive. So a lock that is held while the pid, host and start tick written in it name no live
+process of this user on this host (a pid given to another process since starts at another
+tick) is a hostage, not a run (a stranger who opened the file while it was
 readable, a child that inherited the descriptor and outlived the run): `writer_gone` says
 the writer is gone, and `RunDirLock` takes a fresh lock file (a new inode, renamed over the
 old one) and goes on. A lock written on another host is never judged here (NFS: its holder's
@@ -31,12 +32,25 @@ from tuitrain.core.errors import UserError
 from tuitrain.core.safefile import NOFOLLOW, open_fd_nofollow, temp_beside
 from tuitrain.rundir.layout import LOCK_NAME, RANKS_LOCK_NAME, RunDir
 
-MAX_LOCK_TEXT = 256  # what is read of a lock file: "<pid> <host>"
+MAX_LOCK_TEXT = 256  # what is read of a lock file: "<pid> <host> <start>"
+
+
+def start_ticks(pid: int) -> str:
+    """When process `pid` started, in clock ticks since boot (/proc/PID/stat's 22nd field),
+    as text; "" where there is no /proc or no such process. With the pid it names one
+    process: a pid the kernel gave to another process later starts at another tick."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:  # /proc: nothing planted there
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[19].decode() if fields[19].isdigit() else ""
+    except (OSError, IndexError):
+        return ""
 
 
 def writer_id() -> str:
-    """What a writer puts in its lock file: "<pid> <host>" of this process."""
-    return f"{os.getpid()} {socket.gethostname()}"
+    """What a writer puts in its lock file: "<pid> <host> <start>" of this process (the start
+    tick, where there is /proc: a later process that got the same pid is not the writer)."""
+    return f"{os.getpid()} {socket.gethostname()} {start_ticks(os.getpid())}".rstrip()
 
 
 def _held_message(run_dir: Path, holder: str) -> str:
@@ -74,16 +88,24 @@ def pid_alive(pid: int) -> bool:
 
 
 def is_hostage(text: str) -> bool:
-    """True when a held lock's text ("<pid> <host>") names this host and a pid that is not a
-    live process of this user: whoever holds the lock, it is not the run that wrote it."""
+    """True when a held lock's text ("<pid> <host> <start>") names this host and a pid that
+    is not a live process of this user, or one that started at another tick than the writer
+    (the pid was given to another process since): whoever holds the lock, it is not the run
+    that wrote it."""
     words = text.split()
     if len(words) < 2 or not words[0].isdigit() or words[1] != socket.gethostname():
         return False  # empty (a run between its open and its write), or another host's
-    return not pid_alive(int(words[0]))
+    pid = int(words[0])
+    if not pid_alive(pid):
+        return True
+    if len(words) > 2 and words[2].isdigit():
+        now = start_ticks(pid)
+        return bool(now) and now != words[2]
+    return False  # an older tuitrain's "<pid> <host>": the live pid is taken for the writer
 
 
 def probe(run_dir: str | Path) -> tuple[str, str] | None:
-    """The lock's state and text: ("free" | "held" | "hostage", "<pid> <host>"), or None when
+    """The lock's state and text: ("free" | "held" | "hostage", "<pid> <host> <start>"), or None when
     there is no regular lock file to tell (missing, a link, a FIFO...). Non-blocking: a shared
     lock taken and given back at once, which fails only while someone holds it."""
     flags = os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW
@@ -141,7 +163,7 @@ def writer_gone(run_dir: str | Path) -> bool:
 
 
 def live_holder(run_dir: str | Path) -> str | None:
-    """The "<pid> <host>" of the live writer holding the run dir's lock; None when nobody
+    """The "<pid> <host> <start>" of the live writer holding the run dir's lock; None when nobody
     does, or only a hostage-taker."""
     found = probe(run_dir)
     return found[1] if found is not None and found[0] == "held" else None
