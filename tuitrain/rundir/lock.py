@@ -10,11 +10,11 @@ refused in one sentence. Anyone who can open a lock file can flock it, and a loc
 someone other than the run would block the owner's `--resume` and make a killed run look
 alive. So a lock that is held while the pid, host and start tick written in it name no live
 process of this user on this host (a pid given to another process since starts at another
-tick) is a hostage, not a run (a stranger who opened the file while it was
-readable, a child that inherited the descriptor and outlived the run): `writer_gone` says
-the writer is gone, and `RunDirLock` takes a fresh lock file (a new inode, renamed over the
-old one) and goes on. A lock written on another host is never judged here (NFS: its holder's
-lock may not show on this node)."""
+tick) is a hostage, not a run (a stranger who opened the file while it was readable, a child
+that inherited the descriptor and outlived the run): `writer_gone` says the writer is gone,
+and `RunDirLock` takes a fresh lock file (a new inode, renamed over the old one) and goes on.
+A lock written on another host is never judged here (NFS: its holder's lock may not show on
+this node)."""
 
 from __future__ import annotations
 
@@ -105,9 +105,10 @@ def is_hostage(text: str) -> bool:
 
 
 def probe(run_dir: str | Path) -> tuple[str, str] | None:
-    """The lock's state and text: ("free" | "held" | "hostage", "<pid> <host> <start>"), or None when
-    there is no regular lock file to tell (missing, a link, a FIFO...). Non-blocking: a shared
-    lock taken and given back at once, which fails only while someone holds it."""
+    """The lock's state and text: ("free" | "held" | "hostage", "<pid> <host> <start>"), or
+    None when there is no regular lock file to tell (missing, a link, a FIFO...).
+    Non-blocking: a shared lock taken and given back at once, which fails only while someone
+    holds it."""
     flags = os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW
     try:  # O_NONBLOCK: a planted FIFO must not hang a start or a viewer
         fd = os.open(RunDir(run_dir).lock, flags)
