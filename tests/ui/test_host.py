@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -65,13 +66,18 @@ def test_unwritable_run_dir_is_a_failure_not_a_crash(tmp_path: Path) -> None:
     assert host.control.state == "failed"
 
 
-def test_sibling_run_dir_is_fresh(tmp_path: Path) -> None:
+def test_sibling_run_dir_is_fresh_and_made_by_the_call(tmp_path: Path) -> None:
+    """Each call makes its own folder (mkdir, atomic): the same second's next switch, or a
+    run that took the name first, never shares one."""
     first = sibling_run_dir(tmp_path / "old", "p")
     assert first is not None and first.parent == tmp_path and first.name.startswith("p-")
-    first.mkdir()
+    assert first.is_dir() and not any(first.iterdir())
     second = sibling_run_dir(tmp_path / "old", "p")
-    assert second is not None and second != first and not second.exists()
+    assert second is not None and second != first and second.is_dir()
     assert sibling_run_dir(None, "p") is None
+    with ThreadPoolExecutor(8) as pool:
+        made = list(pool.map(lambda _: sibling_run_dir(tmp_path / "old", "q"), range(8)))
+    assert len(set(made)) == 8
 
 
 def test_run_app_leaves_no_engine_thread(

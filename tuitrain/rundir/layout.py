@@ -9,7 +9,6 @@ package spells a run dir's file names."""
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import stat
 from datetime import datetime
@@ -228,17 +227,17 @@ def write_resolved_config(run_dir: Path, cfg: Config) -> Path:
 
 
 def sibling_run_dir(previous: Path | None, preset: str) -> Path | None:
-    """A fresh run dir next to `previous` (runs/<preset>-<stamp>), never an existing one."""
+    """A fresh run dir next to `previous` (runs/<preset>-<stamp>), made now by this call
+    (fresh_dir: a run started elsewhere in the same second never shares it). Where it cannot
+    be made, its name: prepare_run_dir then says why in the run's own failure."""
     if previous is None:
         return None
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     base = previous.parent / f"{preset}-{stamp}"
-    path = base
-    for n in itertools.count(2):
-        if not path.exists():
-            return path
-        path = base.with_name(f"{base.name}-{n}")
-    return path  # unreachable; keeps type checkers calm
+    try:
+        return fresh_dir(base)
+    except OSError:
+        return base
 
 
 def resumed_run_dir(resume: str) -> Path | None:
