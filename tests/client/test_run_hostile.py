@@ -391,6 +391,23 @@ def test_output_before_the_first_listener_is_not_lost(tmp_path: Path) -> None:
     script.proc.wait()
     script.pump.join(timeout=30)
     got: list[str] = []
-    script.listen(got.append)
+    assert script.listen(got.append) == 0
     assert got == ["early", "no newline"]
     assert script.finish() == 0
+
+
+def test_output_the_first_listener_never_gets_is_counted(tmp_path: Path) -> None:
+    """More lines than the backlog keeps before anyone listens: the first listener gets the
+    newest BACKLOG and is told how many came before (the dashboard counts them as skipped,
+    output.log has them); a later listener is told nothing."""
+    total = parent.BACKLOG + 1234
+    child = f"for i in range({total}): print(i)"
+    script = run_cmd.Script([sys.executable, "-c", child], tmp_path / "r", 1.0)
+    script.proc.wait()
+    script.pump.join(timeout=30)
+    got: list[str] = []
+    assert script.listen(got.append) == 1234
+    assert got == [str(i) for i in range(1234, total)]
+    assert script.listen(got.append) == 0
+    assert script.finish() == 0
+    assert (tmp_path / "r" / "output.log").read_text().count("\n") == total

@@ -342,6 +342,7 @@ class Script:
             ) from exc
         self.listeners: list[Callable[[str], None]] = []
         self.backlog: deque[str] = deque(maxlen=BACKLOG)
+        self.backlog_dropped = 0  # lines the backlog let go before anyone listened
         self._listen_lock = threading.Lock()
         self.cutter = LineCutter()
         self.pump = threading.Thread(target=self._pump, name="tuitrain-output", daemon=True)
@@ -387,6 +388,7 @@ class Script:
     def _tell(self, lines: list[str]) -> None:
         with self._listen_lock:
             if not self.listeners:  # nobody listens yet: kept (bounded) for the first one
+                self.backlog_dropped += max(0, len(self.backlog) + len(lines) - BACKLOG)
                 self.backlog.extend(lines)
                 return
             for line in lines:
@@ -394,16 +396,21 @@ class Script:
                     with contextlib.suppress(Exception):
                         listener(line)
 
-    def listen(self, listener: Callable[[str], None]) -> None:
+    def listen(self, listener: Callable[[str], None]) -> int:
         """Have `listener` called with each output line (from the pump thread); the first one
-        also gets the lines that came before it (the newest BACKLOG of them)."""
+        also gets the lines that came before it (the newest BACKLOG of them). Returns how
+        many earlier lines it will never get (output.log has them): the first listener's
+        count of the backlog's overflow, 0 for a later one."""
         with self._listen_lock:
+            dropped = 0
             if not self.listeners:
+                dropped, self.backlog_dropped = self.backlog_dropped, 0
                 for line in self.backlog:
                     with contextlib.suppress(Exception):
                         listener(line)
                 self.backlog.clear()
             self.listeners.append(listener)
+            return dropped
 
     def send(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -57,7 +57,7 @@ from tuitrain.client.parent import (
 )
 from tuitrain.core.errors import EXIT_USAGE, OneLineParser, UserError
 from tuitrain.host.stdio import can_draw_ui
-from tuitrain.rundir.layout import RunDir
+from tuitrain.rundir.layout import OUTPUT_LOG, RunDir
 from tuitrain.rundir.read import LineTail
 
 TRAIN_LINE_EVERY_S = 5.0  # --no-ui: a script's train records, a line at most this often
@@ -182,7 +182,8 @@ def run_headless(script: Script, on_alert: str | None = None) -> int:
         with contextlib.suppress(OSError, ValueError):
             print(f"[tuitrain] {text}", file=out, flush=True)
 
-    script.listen(lambda line: print(line, file=out, flush=True))
+    if early := script.listen(lambda line: print(line, file=out, flush=True)):
+        say(f"{early} earlier lines of the script's output are not shown; {OUTPUT_LOG} has them")
     from tuitrain.client.proctree import TreeSampler
 
     undo = forward_signals(script)

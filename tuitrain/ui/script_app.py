@@ -52,6 +52,11 @@ class LineQueue:
             self._lines.append(line)
             self.most = max(self.most, len(self._lines))
 
+    def skip(self, count: int) -> None:
+        """`count` lines that never reached the queue, counted as dropped."""
+        with self._lock:
+            self.skipped += count
+
     def take(self, limit: int, max_chars: int | None = None) -> tuple[int, list[str]]:
         """(lines dropped since the last take, the newest queued lines: at most `limit`, and
         no more than `max_chars` characters together, though always the newest one), emptied;
@@ -93,7 +98,8 @@ class ScriptApp(TuitrainApp):
         self.ended = False
         self.title = f"tuitrain run {' '.join(script.command)}"
         self.watched_path = script.metrics
-        script.listen(self.lines.put)  # the pump thread never waits for the UI
+        # the pump thread never waits for the UI; lines it let go before now count as skipped
+        self.lines.skip(script.listen(self.lines.put))
 
     @property
     def viewing(self) -> bool:
