@@ -237,3 +237,23 @@ def test_metrics_package_is_pure_stdlib() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_a_new_run_in_the_same_file_starts_afresh_a_resumed_one_does_not() -> None:
+    """A header without `history` after another run's records is a new run (started without
+    --resume in a used run dir): the store shows it alone, as the summary counts it. A header
+    with `history` is the same run resumed: its earlier points stay."""
+    store = MetricStore()
+    store.push({"type": "header", "preset": "a"})
+    for step in (1, 2, 3):
+        store.push(train(step, loss=9.0))
+    store.push({"type": "event", "level": "info", "message": "the first run's"})
+    store.push({"type": "end", "status": "completed", "reason": "", "step": 3})
+    store.push({"type": "header", "preset": "b"})  # no history: another run
+    store.push(train(1, loss=1.0))
+    snap = store.snapshot()
+    assert snap.header is not None and snap.header["preset"] == "b"
+    assert list(snap.series["loss"].ys) == [1.0] and snap.events == () and snap.end is None
+    store.push({"type": "header", "preset": "b", "history": {"segments": 1, "step": 1}})
+    store.push(train(2, loss=0.5))
+    assert list(store.snapshot().series["loss"].ys) == [1.0, 0.5]  # resumed: one curve

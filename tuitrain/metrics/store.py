@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from tuitrain.metrics.records import Record, add_aliases, valid_step
+from tuitrain.metrics.records import Record, add_aliases, history_of, valid_step
 
 __all__ = ["MetricStore", "Series", "Snapshot"]
 
@@ -228,9 +228,11 @@ class MetricStore:
                 self._events.append(rec)
                 add_aliases(self._aliases, rec)
             elif kind == "header":
+                if self._header is not None and history_of(rec) is None:
+                    self._clear()  # a new run in the same file (no --resume): its own alone
                 self._header = rec
-                self._end = None  # a resumed run appends a header: it runs again, and
-                # its earlier segments' series stay (the run is all of them)
+                self._end = None  # a resumed run appends a header (with its `history`): it
+                # runs again, and its earlier segments' series stay (the run is all of them)
             elif kind == "end":
                 self._end = rec
 
