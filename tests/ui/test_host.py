@@ -19,7 +19,7 @@ from tuitrain.host.run import RunHost
 from tuitrain.metrics.records import event_record
 from tuitrain.metrics.sinks import SEQ_KEY
 from tuitrain.metrics.store import MetricStore
-from tuitrain.rundir.layout import sibling_run_dir
+from tuitrain.rundir.layout import parity_run_dir, sibling_run_dir
 from tuitrain.ui import app as app_module
 
 pytestmark = pytest.mark.timeout(120)
@@ -78,6 +78,16 @@ def test_sibling_run_dir_is_fresh_and_made_by_the_call(tmp_path: Path) -> None:
     with ThreadPoolExecutor(8) as pool:
         made = list(pool.map(lambda _: sibling_run_dir(tmp_path / "old", "q"), range(8)))
     assert len(set(made)) == 8
+
+
+def test_parity_checks_started_together_get_a_folder_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with ThreadPoolExecutor(4) as pool:
+        made = list(pool.map(lambda _: parity_run_dir("fashion-mini"), range(4)))
+    assert len(set(made)) == 4 and all(p.is_dir() for p in made)
+    assert all(p.parent == Path("runs") and p.name.startswith("parity-fashion-mini-") for p in made)
 
 
 def test_run_app_leaves_no_engine_thread(

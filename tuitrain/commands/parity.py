@@ -15,7 +15,6 @@ import shlex
 import signal
 import sys
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -24,7 +23,7 @@ from tuitrain.core.errors import EXIT_FAILED, OneLineParser, UserError
 from tuitrain.metrics.format import format_record
 from tuitrain.metrics.records import CLASSIFY_PRIMARY
 from tuitrain.metrics.sinks import Sink, console_clock
-from tuitrain.rundir.layout import METRICS_NAME, PARITY_JSON, PARITY_LOG, RunDir
+from tuitrain.rundir.layout import METRICS_NAME, PARITY_JSON, PARITY_LOG, RunDir, parity_run_dir
 
 if TYPE_CHECKING:
     from tuitrain.metrics.parity_report import ParityResult
@@ -116,10 +115,6 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
     return overrides_from(pairs)
 
 
-def default_run_dir(cfg: Config) -> Path:
-    return Path("runs") / f"parity-{cfg.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -158,7 +153,7 @@ def run_parity(cfg: Config, args: argparse.Namespace) -> int:
 
     host = RunHost(
         cfg,
-        run_dir=args.run_dir or cfg.run.run_dir or default_run_dir(cfg),
+        run_dir=args.run_dir or cfg.run.run_dir or parity_run_dir(cfg.name),
         log_name=PARITY_LOG,
         outputs=outputs,
         engine=check,

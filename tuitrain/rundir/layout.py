@@ -233,11 +233,23 @@ def sibling_run_dir(previous: Path | None, preset: str) -> Path | None:
     if previous is None:
         return None
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = previous.parent / f"{preset}-{stamp}"
+    return made_or_named(previous.parent / f"{preset}-{stamp}")
+
+
+def made_or_named(base: Path) -> Path:
+    """fresh_dir(base), the folder made by this call; where it cannot be made, `base` itself:
+    prepare_run_dir then says why in the run's own failure."""
     try:
         return fresh_dir(base)
     except OSError:
         return base
+
+
+def parity_run_dir(preset: str) -> Path:
+    """A parity check's own run dir, made now: runs/parity-<preset>-<stamp> (-2, -3 ... when
+    another check started in the same second)."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return made_or_named(Path("runs") / f"parity-{preset}-{stamp}")
 
 
 def resumed_run_dir(resume: str) -> Path | None:
