@@ -86,8 +86,8 @@ def test_the_refusal_comes_before_torch_is_imported(tmp_path: Path) -> None:
     finally:
         lock.release()
     refuse_if_held(tmp_path)  # the run ended: its lock went with it
-    pid, host = (tmp_path / ".tuitrain.lock").read_text().split()  # the writer: pid and host
-    assert pid.isdigit() and host == socket.gethostname()
+    pid, host, start = (tmp_path / ".tuitrain.lock").read_text().split()  # the writer
+    assert pid.isdigit() and host == socket.gethostname() and start.isdigit()
 
 
 @pytest.mark.timeout(30)
