@@ -4,6 +4,7 @@ sentence naming the holder's pid, exit 2, and the live run's files are untouched
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -86,8 +87,9 @@ def test_the_refusal_comes_before_torch_is_imported(tmp_path: Path) -> None:
     finally:
         lock.release()
     refuse_if_held(tmp_path)  # the run ended: its lock went with it
-    pid, host, start = (tmp_path / ".tuitrain.lock").read_text().split()  # the writer
+    pid, host, start, space = (tmp_path / ".tuitrain.lock").read_text().split()  # the writer
     assert pid.isdigit() and host == socket.gethostname() and start.isdigit()
+    assert space == str(os.stat("/proc/self/ns/pid").st_ino)
 
 
 @pytest.mark.timeout(30)

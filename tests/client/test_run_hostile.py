@@ -406,8 +406,8 @@ def test_output_the_first_listener_never_gets_is_counted(tmp_path: Path) -> None
     script.proc.wait()
     script.pump.join(timeout=30)
     got: list[str] = []
-    assert script.listen(got.append) == 1234
-    assert got == [str(i) for i in range(1234, total)]
+    assert script.listen(got.append, lambda n: got.append(f"[{n} dropped]")) == 1234
+    assert got == ["[1234 dropped]", *(str(i) for i in range(1234, total))]  # said first
     assert script.listen(got.append) == 0
     assert script.finish() == 0
     assert (tmp_path / "r" / "output.log").read_text().count("\n") == total

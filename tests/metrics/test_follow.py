@@ -162,3 +162,34 @@ def test_catch_up_keeps_what_a_full_replay_keeps(tmp_path: Path, monkeypatch) ->
     assert a.get("val_acc") == b.get("val_acc")
     assert a.get("loss").xs[-512:] == b.get("loss").xs[-512:]
     assert len(a.get("loss")) < len(b.get("loss"))  # the older history was thinned
+
+
+def test_opening_a_file_that_holds_two_runs_shows_the_last_run_alone(tmp_path: Path) -> None:
+    """A run started again in a used run dir without --resume appends a header without
+    `history`: opening the file (the catch-up, which pushes train lines and events after the
+    other records) shows that run alone, as reading it line by line does and as the summary
+    counts it; a resumed segment (its header has `history`) stays part of the curve."""
+    path = tmp_path / "metrics.jsonl"
+    first = [{"type": "header", "preset": "a"}]
+    first += [{"type": "train", "step": s, "loss": 9.0} for s in range(1, 6001)]
+    first += [{"type": "event", "level": "info", "message": "the first run's"}]
+    first += [{"type": "eval", "step": 6000, "val_loss": 9.0}]
+    first += [{"type": "end", "status": "completed", "reason": "", "step": 6000}]
+    second = [{"type": "header", "preset": "b"}]
+    second += [{"type": "train", "step": s, "loss": 1.0} for s in range(1, 101)]
+    second += [{"type": "event", "level": "info", "message": "the second run's"}]
+    resumed = [{"type": "header", "preset": "b", "history": {"segments": 1, "step": 100}}]
+    resumed += [{"type": "train", "step": s, "loss": 0.5} for s in range(101, 201)]
+    path.write_text("".join(line(r) for r in first + second + resumed))
+    opened = MetricStore()
+    JsonlFollower(path, opened).poll()
+    in_order = MetricStore()
+    for rec in first + second + resumed:
+        in_order.push(rec)
+    for store in (opened, in_order):
+        snap = store.snapshot()
+        assert snap.header is not None and snap.header["preset"] == "b"
+        assert set(snap.series["loss"].ys) == {1.0, 0.5}, store
+        assert list(snap.series["loss"].xs) == list(range(1, 201))
+        assert [e["message"] for e in snap.events] == ["the second run's"]
+        assert "val_loss" not in snap.series and snap.end is None

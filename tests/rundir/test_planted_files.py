@@ -218,6 +218,22 @@ def test_a_pid_that_now_names_another_process_of_this_user_is_no_writer(
         later.wait()
 
 
+def test_a_lock_written_in_another_pid_namespace_is_never_judged_here(
+    tmp_path: Path, hold: Callable[[Path, str], subprocess.Popen[str]]
+) -> None:
+    """A writer in a container that shares the host's name: its pid (dead here, or another
+    process here) says nothing in this namespace, so its held lock is a run, not a hostage,
+    and a second writer is refused."""
+    lock = tmp_path / LOCK_NAME
+    lock.write_text(f"{dead_pid()} {socket.gethostname()} 12345 4026599999")
+    hold(lock, "exclusive")
+    assert not writer_gone(tmp_path)
+    with pytest.raises(UserError, match="in use by a running tuitrain"):
+        RunDirLock(tmp_path)
+    lock.write_text(f"{dead_pid()} {socket.gethostname()} 12345 {writer_id().split()[3]}")
+    assert writer_gone(tmp_path)  # the same text in this namespace: a hostage
+
+
 # -- 2. the control dir --------------------------------------------------------------------
 
 KILLED_HOST = """

@@ -396,21 +396,27 @@ class Script:
                     with contextlib.suppress(Exception):
                         listener(line)
 
-    def listen(self, listener: Callable[[str], None]) -> int:
+    def listen(
+        self, listener: Callable[[str], None], dropped: Callable[[int], None] | None = None
+    ) -> int:
         """Have `listener` called with each output line (from the pump thread); the first one
         also gets the lines that came before it (the newest BACKLOG of them). Returns how
         many earlier lines it will never get (output.log has them): the first listener's
-        count of the backlog's overflow, 0 for a later one."""
+        count of the backlog's overflow, 0 for a later one; `dropped` is told that count
+        (when not 0) before the backlog's lines, while no new line can come in between."""
         with self._listen_lock:
-            dropped = 0
+            count = 0
             if not self.listeners:
-                dropped, self.backlog_dropped = self.backlog_dropped, 0
+                count, self.backlog_dropped = self.backlog_dropped, 0
+                if count and dropped is not None:
+                    with contextlib.suppress(Exception):
+                        dropped(count)
                 for line in self.backlog:
                     with contextlib.suppress(Exception):
                         listener(line)
                 self.backlog.clear()
             self.listeners.append(listener)
-            return dropped
+            return count
 
     def send(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

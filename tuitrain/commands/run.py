@@ -182,8 +182,11 @@ def run_headless(script: Script, on_alert: str | None = None) -> int:
         with contextlib.suppress(OSError, ValueError):
             print(f"[tuitrain] {text}", file=out, flush=True)
 
-    if early := script.listen(lambda line: print(line, file=out, flush=True)):
-        say(f"{early} earlier lines of the script's output are not shown; {OUTPUT_LOG} has them")
+    script.listen(
+        lambda line: print(line, file=out, flush=True),
+        lambda early: say(f"{early} earlier lines of the script's output are not shown here; "
+                          f"{OUTPUT_LOG} has them"),
+    )  # fmt: skip
     from tuitrain.client.proctree import TreeSampler
 
     undo = forward_signals(script)

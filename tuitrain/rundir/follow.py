@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import BinaryIO, cast
 
 from tuitrain.core.safefile import NotRegular, open_regular
+from tuitrain.metrics.records import history_of
 from tuitrain.metrics.store import MetricStore
 from tuitrain.rundir.read import metrics_path, parse_line
 
@@ -122,12 +123,24 @@ class JsonlFollower:
         counts: list[int] = []  # train lines at the end of each of them (CATCHUP_TAIL at most)
         events: deque[bytes] = deque(maxlen=self.store.max_events)  # the store keeps no more
         pushed = 0
+        headers = 0  # headers pushed so far
+        run_start = 0  # where the file's last run starts: a header without `history` after
+        # another run's records (a run started again without --resume). The store forgets
+        # the earlier run at that header; the events and train lines pushed after the loop
+        # are taken from this offset on, so none of the earlier run's comes back.
         for offset, buf, end in self._regions(f):
-            for line in _other_lines(buf, end):  # header, evals, end: parsed now, in order
+            for pos, line in _other_lines(buf, end):  # header, evals, end: parsed, in order
                 if line.startswith(EVENT_PREFIX):
                     events.append(line)
-                else:
-                    pushed += self._push_lines((line,))
+                    continue
+                if line.startswith(HEADER_PREFIX):
+                    rec = _parse(line)
+                    if rec is not None and rec.get("type") == "header":
+                        if headers and history_of(rec) is None:
+                            run_start = offset + pos
+                            events.clear()
+                        headers += 1
+                pushed += self._push_lines((line,))
             target = self._pick(picks, target, spacing, offset, buf, end)
             while len(picks) > CATCHUP_TRAIN_POINTS:
                 spacing *= 2
@@ -136,8 +149,8 @@ class JsonlFollower:
             counts.append(_train_lines_at_end(buf, end, CATCHUP_TAIL))
             while len(recent) > 1 and sum(counts) - counts[0] >= CATCHUP_TAIL:
                 del recent[0], counts[0]  # the newer regions hold the whole tail
-        tail, tail_start = _last_train_lines(recent, CATCHUP_TAIL)
-        history = (line for off, line in picks if off < tail_start)
+        tail, tail_start = _last_train_lines(recent, CATCHUP_TAIL, begin=run_start)
+        history = (line for off, line in picks if run_start <= off < tail_start)
         return (
             pushed + self._push_lines(events) + self._push_lines(history) + self._push_lines(tail)
         )
@@ -182,13 +195,14 @@ class JsonlFollower:
             self._thread.join(timeout=5)
 
 
-def _other_lines(buf: bytes, end: int) -> Iterator[bytes]:
-    """The lines of buf[:end] that are not train lines as the engine writes them."""
+def _other_lines(buf: bytes, end: int) -> Iterator[tuple[int, bytes]]:
+    """The lines of buf[:end] that are not train lines as the engine writes them, each with
+    where it starts in buf."""
     first = buf[: buf.find(b"\n", 0, end + 1)]
     if not first.startswith(TRAIN_PREFIX):
-        yield first
+        yield 0, first
     for match in NON_TRAIN_LINE.finditer(buf, 0, end):
-        yield match[1]
+        yield match.start(1), match[1]
 
 
 def _train_lines_at_end(buf: bytes, end: int, limit: int) -> int:
@@ -213,9 +227,12 @@ def _respace(picks: list[tuple[int, bytes]], spacing: int) -> list[tuple[int, by
     return kept
 
 
-def _last_train_lines(regions: list[tuple[int, bytes, int]], count: int) -> tuple[list[bytes], int]:
-    """The last `count` train lines of these consecutive regions, and the file offset of
-    the first of them (past the end when there is none)."""
+def _last_train_lines(
+    regions: list[tuple[int, bytes, int]], count: int, begin: int = 0
+) -> tuple[list[bytes], int]:
+    """The last `count` train lines of these consecutive regions that start at file offset
+    `begin` or later, and the file offset of the first of them (past the end when there is
+    none)."""
     if not regions:
         return [], 0
     base = regions[0][0]
@@ -225,6 +242,8 @@ def _last_train_lines(regions: list[tuple[int, bytes, int]], count: int) -> tupl
     tail_start = base + len(data)
     for line in reversed(data[:-1].split(b"\n")):
         start -= len(line)  # the current line's first byte
+        if base + start < begin:
+            break  # an earlier run's
         if line.startswith(TRAIN_PREFIX):
             tail.append(line)
             tail_start = base + start

@@ -8,13 +8,15 @@ The lock files are their user's alone: a new one is made with mode 0600 (O_CREAT
 O_NOFOLLOW), an older one of this user's is tightened to 0600, and one of another user is
 refused in one sentence. Anyone who can open a lock file can flock it, and a lock held by
 someone other than the run would block the owner's `--resume` and make a killed run look
-alive. So a lock that is held while the pid, host and start tick written in it name no live
-process of this user on this host (a pid given to another process since starts at another
-tick) is a hostage, not a run (a stranger who opened the file while it was readable, a child
-that inherited the descriptor and outlived the run): `writer_gone` says the writer is gone,
-and `RunDirLock` takes a fresh lock file (a new inode, renamed over the old one) and goes on.
-A lock written on another host is never judged here (NFS: its holder's lock may not show on
-this node)."""
+alive. So a lock that is held while the pid, host, start tick and pid namespace written in it
+name no live process of this user on this host (a pid given to another process since starts
+at another tick) is a hostage, not a run (a stranger who opened the file while it was
+readable, a child that inherited the descriptor and outlived the run): `writer_gone` says the
+writer is gone, and `RunDirLock` takes a fresh lock file (a new inode, renamed over the old
+one) and goes on.
+A lock written on another host, or in another pid namespace (a container sharing the host's
+name), is never judged here (NFS: its holder's lock may not show on this node; a container's
+pids are not this namespace's)."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from tuitrain.core.errors import UserError
 from tuitrain.core.safefile import NOFOLLOW, open_fd_nofollow, temp_beside
 from tuitrain.rundir.layout import LOCK_NAME, RANKS_LOCK_NAME, RunDir
 
-MAX_LOCK_TEXT = 256  # what is read of a lock file: "<pid> <host> <start>"
+MAX_LOCK_TEXT = 256  # what is read of a lock file: "<pid> <host> <start> <pid namespace>"
 
 
 def start_ticks(pid: int) -> str:
@@ -47,10 +49,22 @@ def start_ticks(pid: int) -> str:
         return ""
 
 
+def pid_namespace() -> str:
+    """This process's pid namespace (the inode of /proc/self/ns/pid), as text; "" where it
+    cannot be read. A pid and its start tick mean something only inside one namespace: a
+    writer in a container that shares the host's name has pids of its own."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return ""
+
+
 def writer_id() -> str:
-    """What a writer puts in its lock file: "<pid> <host> <start>" of this process (the start
-    tick, where there is /proc: a later process that got the same pid is not the writer)."""
-    return f"{os.getpid()} {socket.gethostname()} {start_ticks(os.getpid())}".rstrip()
+    """What a writer puts in its lock file: "<pid> <host> <start> <pid namespace>" of this
+    process (the start tick and the namespace where there is /proc: a later process that got
+    the same pid is not the writer, and a pid of another namespace is never judged here)."""
+    start, space = start_ticks(os.getpid()), pid_namespace()
+    return f"{os.getpid()} {socket.gethostname()} {start or '-'} {space or '-'}"
 
 
 def _held_message(run_dir: Path, holder: str) -> str:
@@ -88,13 +102,15 @@ def pid_alive(pid: int) -> bool:
 
 
 def is_hostage(text: str) -> bool:
-    """True when a held lock's text ("<pid> <host> <start>") names this host and a pid that
-    is not a live process of this user, or one that started at another tick than the writer
-    (the pid was given to another process since): whoever holds the lock, it is not the run
-    that wrote it."""
+    """True when a held lock's text ("<pid> <host> <start> <pid namespace>") names this host,
+    this pid namespace and a pid that is not a live process of this user, or one that started
+    at another tick than the writer (the pid was given to another process since): whoever
+    holds the lock, it is not the run that wrote it."""
     words = text.split()
     if len(words) < 2 or not words[0].isdigit() or words[1] != socket.gethostname():
         return False  # empty (a run between its open and its write), or another host's
+    if len(words) > 3 and words[3] != (pid_namespace() or "-"):
+        return False  # written in another pid namespace (a container): its pid is not ours
     pid = int(words[0])
     if not pid_alive(pid):
         return True
@@ -287,7 +303,7 @@ class RunDirLock:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
             if isinstance(exc, OSError):
-                raise UserError(_held_message(self.run_dir, "another process")) from exc
+                raise UserError(self._busy("")) from exc
             raise
         return fd
 
