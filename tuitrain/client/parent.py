@@ -398,14 +398,12 @@ class Script:
 
     def listen(
         self, listener: Callable[[str], None], dropped: Callable[[int], None] | None = None
-    ) -> int:
+    ) -> None:
         """Have `listener` called with each output line (from the pump thread); the first one
-        also gets the lines that came before it (the newest BACKLOG of them). Returns how
-        many earlier lines it will never get (output.log has them): the first listener's
-        count of the backlog's overflow, 0 for a later one; `dropped` is told that count
-        (when not 0) before the backlog's lines, while no new line can come in between."""
+        also gets the lines that came before it (the newest BACKLOG of them), and `dropped`
+        is told how many earlier ones it will never get (output.log has them; only when
+        some were let go), before the backlog's lines and with no new line in between."""
         with self._listen_lock:
-            count = 0
             if not self.listeners:
                 count, self.backlog_dropped = self.backlog_dropped, 0
                 if count and dropped is not None:
@@ -416,7 +414,6 @@ class Script:
                         listener(line)
                 self.backlog.clear()
             self.listeners.append(listener)
-            return count
 
     def send(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -99,7 +99,7 @@ class ScriptApp(TuitrainApp):
         self.title = f"tuitrain run {' '.join(script.command)}"
         self.watched_path = script.metrics
         # the pump thread never waits for the UI; lines it let go before now count as skipped
-        self.lines.skip(script.listen(self.lines.put))
+        script.listen(self.lines.put, self.lines.skip)
 
     @property
     def viewing(self) -> bool:
